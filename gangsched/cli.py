@@ -1,0 +1,77 @@
+"""The ``gangsched`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from gangsched.sim.run import simulate
+    from gangsched.sim.traces import TraceError
+    from gangsched.sim.workload import WorkloadError
+
+    try:
+        code, text, _ = simulate(
+            args.workload,
+            as_json=args.json,
+            plot_path=args.plot,
+            show_all=args.all,
+            until=args.until,
+        )
+    except (WorkloadError, TraceError, ValueError) as e:
+        print(f"gangsched simulate: {e}", file=sys.stderr)
+        return 2
+    print(text)
+    if code:
+        print("invariant violated: see partial_gangs / overcommitted_nodes", file=sys.stderr)
+    return code
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from gangsched.bench import run_bench
+
+    print(run_bench(args))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gangsched", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("simulate", help="replay a workload through the scheduler, no cluster")
+    s.add_argument("workload", help="workload YAML (see docs/simulator.md)")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.add_argument("--plot", metavar="FILE.png", help="write GPU allocation over time")
+    s.add_argument("--all", action="store_true", help="show every gang in the table")
+    s.add_argument("--until", type=float, help="stop at this simulated time (s)")
+    s.set_defaults(func=_simulate)
+
+    b = sub.add_parser("bench", help="in-process scheduling benchmark")
+    b.add_argument("--nodes", type=int, default=5000)
+    b.add_argument("--gpus-per-node", type=int, default=8)
+    b.add_argument("--gang-size", type=int, default=8)
+    b.add_argument("--gpus-per-pod", type=int, default=1)
+    b.add_argument("--pods", type=int, default=10000)
+    b.add_argument("--trace", help="node inventory CSV instead of uniform nodes")
+    b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=_bench)
+
+    from gangsched import cli_kube
+
+    cli_kube.add_commands(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The pure, synchronous scheduling core: events in, decisions out."""

@@ -1,0 +1,186 @@
+"""The node cache: what every node has and what is counted against it.
+
+A pod is counted on a node when it is bound there and not terminal, or when the scheduler has
+assumed it there (reserved, binding not yet confirmed by the API). Pods placed by other
+schedulers count like any other. Terminal pods free their resources.
+
+Two indexes make the hot path cheap: nodes bucketed by free GPUs (so a GPU pod looks only at
+nodes that can hold it, tightest first), and cluster-wide free totals over schedulable nodes
+(so a hopeless gang fails in O(resources)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gangsched.core.model import Node, Pod
+from gangsched.core.resources import GPU, ResourceList, add_into, sub_into
+
+__all__ = ["ClusterCache", "NodeInfo"]
+
+
+class NodeInfo:
+    """A node and the requests counted on it. ``node`` is None for a node the cache has only
+    heard of through pods bound to it (its Node object has not arrived, or was deleted)."""
+
+    __slots__ = ("name", "node", "pods", "requested")
+
+    def __init__(self, name: str, node: Node | None) -> None:
+        self.name = name
+        self.node = node
+        self.requested: ResourceList = {}
+        self.pods: set[str] = set()
+
+    def allocatable(self, resource: str) -> int:
+        return self.node.allocatable.get(resource, 0) if self.node is not None else 0
+
+    def free(self, resource: str) -> int:
+        return self.allocatable(resource) - self.requested.get(resource, 0)
+
+    @property
+    def schedulable(self) -> bool:
+        n = self.node
+        return n is not None and n.ready and not n.unschedulable
+
+
+class ClusterCache:
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeInfo] = {}
+        self.pods: dict[str, Pod] = {}
+        self._counted_on: dict[str, str] = {}  # pod uid -> node its requests count on
+        self._counted_req: dict[str, ResourceList] = {}
+        self.assumed: dict[str, str] = {}  # pod uid -> node, reserved and not yet confirmed
+        self._gpu_buckets: dict[int, dict[str, None]] = {}  # free GPUs -> ordered node set
+        self._bucket_of: dict[str, int] = {}
+        self.total_allocatable: ResourceList = {}  # over schedulable nodes
+        self.total_requested: ResourceList = {}  # over schedulable nodes
+        self.static_generation = 0  # bumps when any node's non-resource attributes change
+
+    # ---- nodes -------------------------------------------------------------------------
+    def upsert_node(self, node: Node) -> None:
+        info = self.nodes.get(node.name)
+        if info is None:
+            info = NodeInfo(node.name, None)
+            self.nodes[node.name] = info
+        self._untotal(info)
+        old = info.node
+        if old is None or old.static_signature() != node.static_signature():
+            self.static_generation += 1
+        info.node = node
+        self._total(info)
+        self._reindex(info)
+
+    def remove_node(self, name: str) -> list[str]:
+        """Forget a node. Returns the uids of assumed pods that were reserved on it."""
+        info = self.nodes.get(name)
+        if info is None:
+            return []
+        self._untotal(info)
+        info.node = None
+        self.static_generation += 1
+        self._reindex(info)
+        lost = [uid for uid, n in self.assumed.items() if n == name]
+        for uid in lost:
+            self.forget(uid)
+        if not info.pods:
+            del self.nodes[name]
+        return lost
+
+    # ---- pods --------------------------------------------------------------------------
+    def upsert_pod(self, pod: Pod) -> None:
+        uid = pod.uid
+        self.pods[uid] = pod
+        if pod.node_name:
+            self.assumed.pop(uid, None)
+        target = ""
+        if not pod.terminal:
+            target = pod.node_name or self.assumed.get(uid, "")
+        self._count(uid, target, pod.requests)
+
+    def remove_pod(self, uid: str) -> Pod | None:
+        self.assumed.pop(uid, None)
+        self._count(uid, "", {})
+        return self.pods.pop(uid, None)
+
+    def assume(self, uid: str, node: str) -> None:
+        pod = self.pods[uid]
+        self.assumed[uid] = node
+        self._count(uid, node, pod.requests)
+
+    def forget(self, uid: str) -> None:
+        """Drop a reservation. Idempotent; a pod the API has bound is left counted."""
+        if self.assumed.pop(uid, None) is None:
+            return
+        pod = self.pods.get(uid)
+        target = pod.node_name if pod is not None and not pod.terminal else ""
+        self._count(uid, target, pod.requests if pod is not None else {})
+
+    def node_of(self, uid: str) -> str:
+        """The node a pod is counted on (bound or assumed), or ''."""
+        return self._counted_on.get(uid, "")
+
+    # ---- indexes -----------------------------------------------------------------------
+    def gpu_candidates(self, min_free: int) -> Iterator[NodeInfo]:
+        """Schedulable nodes with at least ``min_free`` free GPUs, fewest free first."""
+        for free in sorted(k for k in self._gpu_buckets if k >= min_free):
+            for name in self._gpu_buckets[free]:
+                yield self.nodes[name]
+
+    def gpu_bucket_sizes(self) -> dict[int, int]:
+        return {k: len(v) for k, v in self._gpu_buckets.items()}
+
+    def cluster_free(self, resource: str) -> int:
+        return self.total_allocatable.get(resource, 0) - self.total_requested.get(resource, 0)
+
+    # ---- internals ---------------------------------------------------------------------
+    def _count(self, uid: str, target: str, requests: ResourceList) -> None:
+        current = self._counted_on.get(uid, "")
+        if current == target and (not target or self._counted_req.get(uid) == requests):
+            return
+        if current:
+            info = self.nodes[current]
+            self._untotal(info)
+            sub_into(info.requested, self._counted_req.pop(uid))
+            info.pods.discard(uid)
+            del self._counted_on[uid]
+            self._total(info)
+            self._reindex(info)
+            if info.node is None and not info.pods:
+                del self.nodes[current]
+        if target:
+            tinfo = self.nodes.get(target)
+            if tinfo is None:
+                tinfo = NodeInfo(target, None)
+                self.nodes[target] = tinfo
+            info = tinfo
+            self._untotal(info)
+            req = dict(requests)
+            add_into(info.requested, req)
+            info.pods.add(uid)
+            self._counted_on[uid] = target
+            self._counted_req[uid] = req
+            self._total(info)
+            self._reindex(info)
+
+    def _untotal(self, info: NodeInfo) -> None:
+        if info.schedulable and info.node is not None:
+            sub_into(self.total_allocatable, info.node.allocatable)
+            sub_into(self.total_requested, info.requested)
+
+    def _total(self, info: NodeInfo) -> None:
+        if info.schedulable and info.node is not None:
+            add_into(self.total_allocatable, info.node.allocatable)
+            add_into(self.total_requested, info.requested)
+
+    def _reindex(self, info: NodeInfo) -> None:
+        old = self._bucket_of.pop(info.name, None)
+        if old is not None:
+            bucket = self._gpu_buckets[old]
+            del bucket[info.name]
+            if not bucket:
+                del self._gpu_buckets[old]
+        if info.schedulable and info.allocatable(GPU) > 0:
+            free = info.free(GPU)
+            if free > 0:
+                self._gpu_buckets.setdefault(free, {})[info.name] = None
+                self._bucket_of[info.name] = free

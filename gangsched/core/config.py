@@ -1,0 +1,32 @@
+"""The core's settings: plain values, validated by the adapters' configuration layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["CoreConfig"]
+
+
+def _default_weights() -> dict[str, int]:
+    return {"GPUBinPack": 10, "LeastAllocated": 1, "NodeAffinity": 2, "TaintToleration": 1}
+
+
+def _default_filters() -> tuple[str, ...]:
+    return ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit")
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    scheduler_name: str = "gangsched"
+    # Permit timeout for gangs whose PodGroup does not set scheduleTimeoutSeconds.
+    default_schedule_timeout_seconds: float = 300.0
+    # When set, replaces every gang's own timeout (an operator's override).
+    schedule_timeout_override_seconds: float | None = None
+    backoff_initial_seconds: float = 1.0
+    backoff_max_seconds: float = 10.0
+    # A gang parked as unschedulable is retried at least this often, event or not.
+    unschedulable_flush_seconds: float = 60.0
+    # Stop searching after this many feasible nodes and take the best of them.
+    nodes_to_score: int = 100
+    filters: tuple[str, ...] = field(default_factory=_default_filters)
+    score_weights: dict[str, int] = field(default_factory=_default_weights)

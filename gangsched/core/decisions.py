@@ -1,0 +1,70 @@
+"""What the core asks the outside world to do. Adapters carry these out; the simulator
+applies them to its in-memory cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "BindGang",
+    "Binding",
+    "Decision",
+    "GangTimedOut",
+    "GangUnschedulable",
+    "GangWaiting",
+    "PodRef",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    uid: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    pod: PodRef
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class BindGang:
+    """Bind all of these now. The gang has reached quorum with these reservations."""
+
+    gang: str
+    bindings: tuple[Binding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GangUnschedulable:
+    """An attempt failed (or could not start). ``reason`` is a short CamelCase word:
+    Unschedulable, WaitingForMembers, PodGroupNotFound, InvalidSpec, InvalidPod."""
+
+    gang: str
+    pods: tuple[PodRef, ...]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangWaiting:
+    """Reservations are held at Permit until ``deadline``."""
+
+    gang: str
+    reserved: int
+    deadline: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangTimedOut:
+    """The Permit deadline passed: every reservation was released."""
+
+    gang: str
+    released: tuple[PodRef, ...]
+    message: str
+
+
+Decision = BindGang | GangUnschedulable | GangWaiting | GangTimedOut

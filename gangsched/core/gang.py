@@ -1,0 +1,125 @@
+"""Gangs: who belongs to which group, what each group holds, and when it is satisfied.
+
+A gang holds a member when the member is bound (and not terminal), reserved by this scheduler,
+or has Succeeded: finished members still count toward the gang. A gang is satisfied when it
+holds at least minMember members and every role holds at least its own minimum.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gangsched.core.cache import ClusterCache
+from gangsched.core.model import GangSpec, Pod, PodPhase
+
+__all__ = ["PLAIN_PREFIX", "Gang", "Holdings", "holdings", "is_pending", "shortfall"]
+
+PLAIN_PREFIX = "pod:"
+
+
+@dataclass(slots=True)
+class Gang:
+    key: str
+    spec: GangSpec | None
+    first_seen: float
+    members: set[str] = field(default_factory=set)
+    attempts: int = 0
+    last_failure: float | None = None
+    reason: str = ""
+    message: str = ""
+    satisfied_once: bool = False
+    schedule_start: float | None = None
+
+    @property
+    def plain(self) -> bool:
+        return self.key.startswith(PLAIN_PREFIX)
+
+    def timestamp(self) -> float:
+        """The queue's time for this gang: the last failure, else its creation."""
+        if self.last_failure is not None:
+            return self.last_failure
+        if self.spec is not None and self.spec.created:
+            return self.spec.created
+        return self.first_seen
+
+
+def is_pending(pod: Pod, cache: ClusterCache) -> bool:
+    """Waiting for a node from this scheduler."""
+    return (
+        not pod.node_name
+        and pod.phase is PodPhase.PENDING
+        and not pod.deleting
+        and not pod.invalid_reason
+        and pod.uid not in cache.assumed
+    )
+
+
+@dataclass(slots=True)
+class Holdings:
+    pending: list[Pod] = field(default_factory=list)
+    invalid: list[Pod] = field(default_factory=list)
+    bound: int = 0  # bound by the API, not terminal
+    reserved: int = 0  # assumed by this scheduler, binding not yet confirmed
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    held_by_role: Counter[str] = field(default_factory=Counter)
+    live_by_role: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def held(self) -> int:
+        return self.bound + self.reserved + self.succeeded
+
+    @property
+    def live(self) -> int:
+        """Members that exist and can still count: everything but failed ones."""
+        return self.held + len(self.pending)
+
+
+def holdings(gang: Gang, cache: ClusterCache) -> Holdings:
+    h = Holdings()
+    for uid in gang.members:
+        pod = cache.pods.get(uid)
+        if pod is None:
+            continue
+        role = pod.role
+        if pod.phase is PodPhase.SUCCEEDED:
+            h.succeeded += 1
+        elif pod.phase is PodPhase.FAILED:
+            h.failed += 1
+            continue
+        elif pod.node_name:
+            h.bound += 1
+            if pod.phase is PodPhase.RUNNING:
+                h.running += 1
+        elif uid in cache.assumed:
+            h.reserved += 1
+        elif pod.invalid_reason:
+            h.invalid.append(pod)
+            continue
+        elif pod.deleting:
+            continue
+        else:
+            h.pending.append(pod)
+            h.live_by_role[role] += 1
+            continue
+        h.held_by_role[role] += 1
+        h.live_by_role[role] += 1
+    h.pending.sort(key=lambda p: (p.created, p.name))
+    return h
+
+
+def shortfall(
+    spec: GangSpec, held: int, held_by_role: Counter[str], satisfied_once: bool
+) -> tuple[int, dict[str, int]]:
+    """Members still needed for quorum: (overall, per role). (0, {}) means satisfied."""
+    if satisfied_once and spec.once_satisfied_alone:
+        return 0, {}
+    need = max(0, spec.min_member - held)
+    per_role = {
+        r.name: r.min_member - held_by_role[r.name]
+        for r in spec.roles
+        if held_by_role[r.name] < r.min_member
+    }
+    return need, per_role

@@ -1,0 +1,188 @@
+"""The core's view of the cluster: nodes, pods and gangs, with no Kubernetes types.
+
+The adapters translate API objects into these; the core never sees anything else.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from gangsched.core.resources import ResourceList
+
+__all__ = [
+    "AffinityTerm",
+    "GangMode",
+    "GangSpec",
+    "Node",
+    "NodeAffinity",
+    "Placement",
+    "Pod",
+    "PodPhase",
+    "PreferredTerm",
+    "Requirement",
+    "RoleSpec",
+    "Taint",
+    "Toleration",
+    "TopologySpec",
+]
+
+
+class PodPhase(enum.StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+TERMINAL_PHASES = frozenset({PodPhase.SUCCEEDED, PodPhase.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty with operator Exists tolerates every taint
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty tolerates every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """A node selector requirement: ``key``, ``operator`` (In, NotIn, Exists, DoesNotExist,
+    Gt, Lt) and ``values``. For ``matchFields`` the key is ``metadata.name``."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AffinityTerm:
+    """A node selector term: every expression and field requirement must hold."""
+
+    match_expressions: tuple[Requirement, ...] = ()
+    match_fields: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredTerm:
+    weight: int
+    term: AffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAffinity:
+    """``required`` terms are ORed; None means no requirement (an empty tuple matches nothing)."""
+
+    required: tuple[AffinityTerm, ...] | None = None
+    preferred: tuple[PreferredTerm, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Everything about a pod that decides which nodes it may use, apart from resources.
+
+    Hashable, so pods with the same placement share one node-eligibility computation.
+    """
+
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: NodeAffinity = field(default_factory=NodeAffinity)
+    tolerations: tuple[Toleration, ...] = ()
+    node_name: str = ""  # spec.nodeName requested before binding
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    allocatable: ResourceList
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+
+    def static_signature(self) -> tuple[object, ...]:
+        """What node filters depend on besides resources."""
+        return (tuple(sorted(self.labels.items())), self.taints, self.unschedulable, self.ready)
+
+
+@dataclass(slots=True)
+class Pod:
+    uid: str
+    namespace: str
+    name: str
+    requests: ResourceList
+    created: float = 0.0
+    priority: int = 0
+    scheduler_name: str = "gangsched"
+    phase: PodPhase = PodPhase.PENDING
+    node_name: str = ""
+    placement: Placement = field(default_factory=Placement)
+    group: str = ""  # gang key "namespace/name"; empty for a plain pod
+    role: str = ""
+    deleting: bool = False
+    # Set when the adapter could not make sense of the pod (unparsable requests, conflicting
+    # group declarations). The pod is accounted where it runs but never scheduled.
+    invalid_reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+
+class GangMode(enum.StrEnum):
+    STRICT = "Strict"
+    NON_STRICT = "NonStrict"
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpec:
+    name: str
+    min_member: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    """Task topology within a gang: roles that should share nodes, and roles that should not."""
+
+    affinity: tuple[tuple[str, ...], ...] = ()
+    anti_affinity: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GangSpec:
+    """What the core needs from a PodGroup (or an annotation-declared group)."""
+
+    key: str  # "namespace/name"
+    min_member: int = 1
+    min_resources: Mapping[str, int] = field(default_factory=dict)
+    timeout_seconds: float | None = None  # None: the scheduler-wide default
+    created: float = 0.0
+    mode: GangMode = GangMode.STRICT
+    roles: tuple[RoleSpec, ...] = ()
+    gang_group: tuple[str, ...] = ()  # keys of gangs that must all be satisfied together
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    # After the gang has once been satisfied, replacement members schedule on their own.
+    once_satisfied_alone: bool = True
+    # Spec errors found while translating; a gang with an error is never scheduled.
+    invalid_reason: str = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.key.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.partition("/")[2]

@@ -1,0 +1,411 @@
+"""The core's single entry point: cluster events in, decisions out.
+
+Synchronous and deterministic: the same events, in the same order, with the same clock give
+the same decisions. Adapters (the Kubernetes watch loop, the simulator) call the event methods
+as things happen, ``schedule_one`` while it returns work, and ``tick`` at ``next_wakeup``.
+
+Lifecycle of a gang's members: pending -> reserved (assumed in the cache) -> either bound
+(``BindGang`` sent; the adapter confirms through ``pod_upsert`` with a node name, or reports
+``bind_failed``) or released (rolled back in the cycle, or released at the Permit deadline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gangsched.core.cache import ClusterCache
+from gangsched.core.clock import Clock
+from gangsched.core.config import CoreConfig
+from gangsched.core.cycle import Attempt, GangCycle, MemberOrder
+from gangsched.core.decisions import (
+    BindGang,
+    Binding,
+    Decision,
+    GangTimedOut,
+    GangUnschedulable,
+    GangWaiting,
+    PodRef,
+)
+from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending, shortfall
+from gangsched.core.model import GangSpec, Node, Pod
+from gangsched.core.nodefinder import NodeFinder
+from gangsched.core.permit import PermitMap
+from gangsched.core.profile import build_finder
+from gangsched.core.queue import SchedulingQueue, SortKey, Wake
+
+__all__ = ["GangView", "Scheduler"]
+
+
+def _ref(pod: Pod) -> PodRef:
+    return PodRef(pod.uid, pod.namespace, pod.name)
+
+
+@dataclass(frozen=True, slots=True)
+class GangView:
+    """A gang as the status writer and the CLI show it."""
+
+    key: str
+    min_member: int
+    members: int
+    pending: int
+    reserved: int
+    bound: int
+    running: int
+    succeeded: int
+    failed: int
+    waiting_at_permit: bool
+    queue_state: str
+    reason: str
+    message: str
+    satisfied_once: bool
+    schedule_start: float | None
+    last_failure: float | None
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: CoreConfig,
+        clock: Clock,
+        *,
+        finder: NodeFinder | None = None,
+        member_order: MemberOrder | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.cache = ClusterCache()
+        self.queue = SchedulingQueue(clock, flush_after=config.unschedulable_flush_seconds)
+        self.permit = PermitMap()
+        self.finder = finder or build_finder(self.cache, config)
+        self.cycle = (
+            GangCycle(self.cache, self.finder, member_order)
+            if member_order
+            else GangCycle(self.cache, self.finder)
+        )
+        self.gangs: dict[str, Gang] = {}
+        self.specs: dict[str, GangSpec] = {}
+        self.cycles = 0
+
+    # ---- events: nodes -----------------------------------------------------------------
+    def node_upsert(self, node: Node) -> None:
+        self.cache.upsert_node(node)
+        self.queue.wake(Wake.CLUSTER)
+
+    def node_delete(self, name: str) -> list[Decision]:
+        """A node went away. Gangs with reservations on it are released and retried."""
+        lost = set(self.cache.remove_node(name))
+        out: list[Decision] = []
+        for key in self.permit.waiting_gangs():
+            wg = self.permit.get(key)
+            if wg is not None and lost & wg.reserved.keys():
+                out.extend(
+                    self._release(key, "Released", f"node {name} was deleted while reserved")
+                )
+        return out
+
+    # ---- events: pods ------------------------------------------------------------------
+    def pod_upsert(self, pod: Pod) -> None:
+        old = self.cache.pods.get(pod.uid)
+        self.cache.upsert_pod(pod)
+        if (
+            old is not None
+            and not old.terminal
+            and pod.terminal
+            and (old.node_name or pod.node_name)
+        ):
+            self.queue.wake(Wake.CLUSTER)
+        if pod.scheduler_name != self.config.scheduler_name:
+            return
+        key = pod.group or PLAIN_PREFIX + pod.uid
+        if old is not None and old.group != pod.group:
+            self._leave(old)
+        gang = self._gang(key, pod)
+        new_member = pod.uid not in gang.members
+        gang.members.add(pod.uid)
+        if pod.node_name:
+            wg = self.permit.get(key)
+            if wg is not None and pod.uid in wg.reserved and wg.reserved[pod.uid] != pod.node_name:
+                self.permit.drop_pod(key, pod.uid)
+        if is_pending(pod, self.cache) or pod.invalid_reason:
+            self.queue.activate(key, self._sort_key(gang))
+            if new_member:
+                self.queue.wake(Wake.GANG, (key,))
+
+    def pod_delete(self, uid: str) -> None:
+        pod = self.cache.pods.get(uid)
+        counted = bool(self.cache.node_of(uid))
+        self.cache.remove_pod(uid)
+        if pod is not None:
+            self._leave(pod)
+        if counted:
+            self.queue.wake(Wake.CLUSTER)
+
+    def bind_failed(self, uid: str, message: str) -> None:
+        """The adapter could not bind a pod. Its reservation is dropped and its gang retried
+        after backoff; pods of the gang already bound stay bound (they cannot be unbound)."""
+        self.cache.forget(uid)
+        pod = self.cache.pods.get(uid)
+        if pod is None or pod.scheduler_name != self.config.scheduler_name:
+            return
+        key = pod.group or PLAIN_PREFIX + uid
+        gang = self.gangs.get(key)
+        if gang is None:
+            return
+        self._fail(gang, "BindFailed", message, Wake.CLUSTER)
+
+    # ---- events: gangs -----------------------------------------------------------------
+    def gang_upsert(self, spec: GangSpec) -> None:
+        self.specs[spec.key] = spec
+        gang = self.gangs.get(spec.key)
+        if gang is None:
+            gang = Gang(spec.key, spec, first_seen=self.clock.now())
+            self.gangs[spec.key] = gang
+        gang.spec = spec
+        if self._has_pending(gang):
+            self.queue.activate(spec.key, self._sort_key(gang))
+        self.queue.wake(Wake.GANG, (spec.key,))
+
+    def gang_delete(self, key: str) -> list[Decision]:
+        self.specs.pop(key, None)
+        gang = self.gangs.get(key)
+        out = self._release(key, "Released", f"PodGroup {key} was deleted")
+        if gang is not None:
+            gang.spec = None
+            if not gang.members:
+                del self.gangs[key]
+                self.queue.remove(key)
+        return out
+
+    # ---- work --------------------------------------------------------------------------
+    def tick(self) -> list[Decision]:
+        """Expire Permit deadlines and move due backoffs to active."""
+        out: list[Decision] = []
+        now = self.clock.now()
+        for key in self.permit.expired(now):
+            gang = self.gangs.get(key)
+            timeout = self._timeout(gang.spec if gang else None)
+            out.extend(
+                self._release(key, "Timeout", f"timed out after {timeout:g}s waiting for quorum")
+            )
+        self.queue.flush()
+        return out
+
+    def schedule_one(self) -> list[Decision] | None:
+        """Run one gang cycle. None when there is nothing to schedule right now."""
+        out = self.tick()
+        key = self.queue.pop()
+        if key is None:
+            return out or None
+        gang = self.gangs.get(key)
+        if gang is None:
+            return out
+        self.cycles += 1
+        h = holdings(gang, self.cache)
+        if h.invalid:
+            out.append(
+                GangUnschedulable(
+                    key,
+                    tuple(_ref(p) for p in h.invalid),
+                    "InvalidPod",
+                    "; ".join(f"{p.key}: {p.invalid_reason}" for p in h.invalid),
+                )
+            )
+            for p in h.invalid:
+                gang.members.discard(p.uid)
+        spec = gang.spec
+        if spec is not None and h.bound + h.succeeded >= spec.min_member:
+            gang.satisfied_once = True
+        if not h.pending:
+            return out
+        if gang.schedule_start is None:
+            gang.schedule_start = self.clock.now()
+        attempt = self.cycle.run(gang, h)
+        if attempt.failed:
+            self._fail(gang, attempt.reason, attempt.message, attempt.wake)
+            out.append(
+                GangUnschedulable(
+                    key, tuple(_ref(p) for p in h.pending), attempt.reason, attempt.message
+                )
+            )
+            return out
+        out.extend(self._permit(gang, attempt))
+        return out
+
+    def run_until_idle(self, max_cycles: int = 1_000_000) -> list[Decision]:
+        out: list[Decision] = []
+        for _ in range(max_cycles):
+            step = self.schedule_one()
+            if step is None:
+                break
+            out.extend(step)
+        return out
+
+    def next_wakeup(self) -> float | None:
+        times = [
+            t for t in (self.queue.next_wakeup(), self.permit.next_deadline()) if t is not None
+        ]
+        return min(times) if times else None
+
+    # ---- views -------------------------------------------------------------------------
+    def view(self, key: str) -> GangView | None:
+        gang = self.gangs.get(key)
+        if gang is None:
+            return None
+        h = holdings(gang, self.cache)
+        spec = gang.spec
+        return GangView(
+            key=key,
+            min_member=spec.min_member if spec else 0,
+            members=len(gang.members),
+            pending=len(h.pending),
+            reserved=h.reserved,
+            bound=h.bound,
+            running=h.running,
+            succeeded=h.succeeded,
+            failed=h.failed,
+            waiting_at_permit=key in self.permit,
+            queue_state=self.queue.state_of(key),
+            reason=gang.reason,
+            message=gang.message,
+            satisfied_once=gang.satisfied_once,
+            schedule_start=gang.schedule_start,
+            last_failure=gang.last_failure,
+        )
+
+    def holdings(self, key: str) -> Holdings | None:
+        gang = self.gangs.get(key)
+        return holdings(gang, self.cache) if gang is not None else None
+
+    # ---- internals ---------------------------------------------------------------------
+    def _gang(self, key: str, pod: Pod) -> Gang:
+        gang = self.gangs.get(key)
+        if gang is None:
+            if key.startswith(PLAIN_PREFIX):
+                spec: GangSpec | None = GangSpec(key, 1, created=pod.created)
+            else:
+                spec = self.specs.get(key)
+            gang = Gang(key, spec, first_seen=pod.created or self.clock.now())
+            self.gangs[key] = gang
+        return gang
+
+    def _leave(self, pod: Pod) -> None:
+        key = pod.group or PLAIN_PREFIX + pod.uid
+        gang = self.gangs.get(key)
+        if gang is None:
+            return
+        gang.members.discard(pod.uid)
+        self.permit.drop_pod(key, pod.uid)
+        if not gang.members and (gang.plain or gang.spec is None):
+            del self.gangs[key]
+            self.queue.remove(key)
+
+    def _has_pending(self, gang: Gang) -> bool:
+        pods = self.cache.pods
+        return any(
+            (p := pods.get(uid)) is not None and is_pending(p, self.cache) for uid in gang.members
+        )
+
+    def _sort_key(self, gang: Gang) -> SortKey:
+        pods = self.cache.pods
+        prio = max((pods[u].priority for u in gang.members if u in pods), default=0)
+        return (-prio, gang.timestamp(), gang.key)
+
+    def _timeout(self, spec: GangSpec | None) -> float:
+        cfg = self.config
+        if cfg.schedule_timeout_override_seconds is not None:
+            return cfg.schedule_timeout_override_seconds
+        if spec is not None and spec.timeout_seconds is not None:
+            return spec.timeout_seconds
+        return cfg.default_schedule_timeout_seconds
+
+    def _backoff(self, gang: Gang) -> float:
+        cfg = self.config
+        exp = min(gang.attempts - 1, 30)
+        return float(min(cfg.backoff_initial_seconds * (2**exp), cfg.backoff_max_seconds))
+
+    def _fail(self, gang: Gang, reason: str, message: str, wake: Wake) -> None:
+        now = self.clock.now()
+        gang.reason, gang.message = reason, message
+        until = now
+        if wake is Wake.CLUSTER:
+            gang.attempts += 1
+            gang.last_failure = now
+            until = now + self._backoff(gang)
+        self.queue.requeue(gang.key, self._sort_key(gang), until, wake)
+
+    def _satisfied(self, key: str) -> bool:
+        gang = self.gangs.get(key)
+        if gang is None or gang.spec is None:
+            return False
+        h = holdings(gang, self.cache)
+        need, roles = shortfall(gang.spec, h.held, h.held_by_role, gang.satisfied_once)
+        return need == 0 and not roles
+
+    def _gate(self, gang: Gang) -> bool:
+        """Permit: may this gang bind? Its own quorum, and every gang of its gang group."""
+        if not self._satisfied(gang.key):
+            return False
+        siblings = gang.spec.gang_group if gang.spec else ()
+        return all(self._satisfied(s) for s in siblings if s != gang.key)
+
+    def _permit(self, gang: Gang, attempt: Attempt) -> list[Decision]:
+        out: list[Decision] = []
+        now = self.clock.now()
+        key = gang.key
+        if attempt.placements or key in self.permit:
+            if self._gate(gang):
+                out.append(self._bind(gang, attempt.placements))
+                siblings = gang.spec.gang_group if gang.spec else ()
+                for s in siblings:
+                    sg = self.gangs.get(s)
+                    if s != key and sg is not None and s in self.permit and self._gate(sg):
+                        out.append(self._bind(sg, {}))
+            else:
+                deadline = now + self._timeout(gang.spec)
+                wg = self.permit.wait(key, attempt.placements, deadline)
+                why = (
+                    "waiting for its gang group"
+                    if attempt.satisfied
+                    else "holding a partial gang (NonStrict) until quorum"
+                )
+                out.append(GangWaiting(key, len(wg.reserved), wg.deadline, why))
+                gang.reason, gang.message = "Waiting", why
+        if attempt.unplaced:
+            gang.reason, gang.message = "Unschedulable", attempt.message
+            gang.attempts += 1
+            until = now + self._backoff(gang)
+            self.queue.requeue(key, self._sort_key(gang), until, Wake.CLUSTER)
+        else:
+            gang.attempts = 0
+        return out
+
+    def _bind(self, gang: Gang, placements: dict[str, str]) -> BindGang:
+        reserved = dict(self.permit.release(gang.key))
+        reserved.update(placements)
+        gang.reason, gang.message = "Scheduled", f"{len(reserved)} pod(s) bound"
+        pods = self.cache.pods
+        bindings = tuple(
+            Binding(_ref(pods[uid]), node) for uid, node in sorted(reserved.items()) if uid in pods
+        )
+        return BindGang(gang.key, bindings)
+
+    def _release(self, key: str, reason: str, message: str) -> list[Decision]:
+        """Give back everything a waiting gang holds. Idempotent."""
+        reserved = self.permit.release(key)
+        if not reserved:
+            return []
+        pods = self.cache.pods
+        refs = tuple(_ref(pods[u]) for u in sorted(reserved) if u in pods)
+        for uid in reserved:
+            self.cache.forget(uid)
+        gang = self.gangs.get(key)
+        if gang is not None:
+            self._fail(gang, reason, message, Wake.CLUSTER)
+        self.queue.wake(Wake.CLUSTER)
+        return [GangTimedOut(key, refs, message)]
+
+    def reconcile_members(self, pods: Iterable[Pod]) -> None:
+        """Feed a full list of pods (after a relist); equivalent to upserting each."""
+        for pod in pods:
+            self.pod_upsert(pod)

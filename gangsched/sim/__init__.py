@@ -1,0 +1,1 @@
+"""The embedded simulator: an in-memory cluster replaying a workload through the core."""

@@ -1,0 +1,107 @@
+"""What a simulation run reports: a per-gang table, a summary, JSON, and a plot."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from typing import Any
+
+from gangsched.sim.engine import SimResult
+
+__all__ = ["format_table", "plot", "summary"]
+
+
+def summary(r: SimResult, workload: str) -> dict[str, Any]:
+    gangs = [j for j in r.jobs if j.spec is not None]
+    bound = [j for j in gangs if j.started is not None]
+    waits = [j.started - j.arrival for j in r.jobs if j.started is not None]
+    alloc_mean = _time_weighted_allocation(r)
+    return {
+        "workload": workload,
+        "nodes": None,
+        "gangs_total": len(gangs),
+        "gangs_bound": len(bound),
+        "gangs_failed": len(gangs) - len(bound),
+        "plain_pods_total": len(r.jobs) - len(gangs),
+        "plain_pods_bound": sum(1 for j in r.jobs if j.spec is None and j.started is not None),
+        "pods_total": sum(len(j.pods) for j in r.jobs),
+        "pods_bound": r.pods_bound,
+        "partial_gangs": len(r.partial_gangs),
+        "overcommitted_nodes": len(r.overcommitted_nodes),
+        "gpu_allocation_mean": round(alloc_mean, 4),
+        "gpu_idle_while_waiting_fraction": round(
+            r.gpu_idle_while_waiting / r.gpu_seconds_total if r.gpu_seconds_total else 0.0, 4
+        ),
+        "wait_seconds_mean": round(statistics.fmean(waits), 3) if waits else 0.0,
+        "wait_seconds_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
+        "permit_timeouts": r.timeouts,
+        "cycles": r.cycles,
+        "sim_seconds": round(r.sim_seconds, 3),
+        "wall_seconds": round(r.wall_seconds, 3),
+        "pods_per_second": round(r.pods_bound / r.wall_seconds, 1) if r.wall_seconds else 0.0,
+    }
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _time_weighted_allocation(r: SimResult) -> float:
+    """Mean share of GPUs allocated, weighted by time, from the first to the last event."""
+    tl = r.timeline
+    if len(tl) < 2 or tl[0][2] == 0:
+        return 0.0
+    area = 0.0
+    for (t0, used, total, _), (t1, _, _, _) in itertools.pairwise(tl):
+        area += (t1 - t0) * used / total
+    span = tl[-1][0] - tl[0][0]
+    return area / span if span > 0 else tl[-1][1] / tl[-1][2]
+
+
+def format_table(r: SimResult, limit: int | None = 50) -> str:
+    rows = [("GANG", "MIN", "SUBMITTED", "BOUND", "WAITED", "OUTCOME", "REASON")]
+    jobs = [j for j in r.jobs if j.spec is not None]
+    shown = jobs if limit is None else jobs[:limit]
+    for j in shown:
+        outcome = "finished" if j.finished else ("running" if j.started is not None else "pending")
+        waited = f"{j.started - j.arrival:.1f}s" if j.started is not None else "-"
+        bound = f"{j.started:.1f}" if j.started is not None else "-"
+        reason = "" if j.started is not None else f"{j.reason}: {j.message}"[:90]
+        rows.append((j.key, str(j.min_member), f"{j.arrival:.1f}", bound, waited, outcome, reason))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        for row in rows
+    ]
+    if limit is not None and len(jobs) > limit:
+        lines.append(f"... {len(jobs) - limit} more gangs (use --all)")
+    return "\n".join(lines)
+
+
+def plot(r: SimResult, path: str, title: str) -> None:
+    """GPU allocation and waiting GPU jobs over simulated time, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tl = r.timeline
+    ts = [t for t, *_ in tl]
+    alloc = [u / tot if tot else 0.0 for _, u, tot, _ in tl]
+    waiting = [w for *_, w in tl]
+    fig, ax1 = plt.subplots(figsize=(10, 4.5))
+    ax1.step(ts, alloc, where="post", color="tab:blue", label="GPUs allocated (share)")
+    ax1.set_ylim(0, 1.05)
+    ax1.set_xlabel("simulated time (s)")
+    ax1.set_ylabel("GPU allocation")
+    ax2 = ax1.twinx()
+    ax2.step(ts, waiting, where="post", color="tab:orange", alpha=0.7, label="GPU jobs waiting")
+    ax2.set_ylabel("jobs waiting")
+    lines = ax1.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax1.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax1.legend(lines, labels, loc="upper right")
+    ax1.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

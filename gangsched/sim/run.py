@@ -1,0 +1,67 @@
+"""``gangsched simulate``: load a workload, run it through the core, report."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from gangsched.core.config import CoreConfig
+from gangsched.sim.engine import SimResult, Simulation
+from gangsched.sim.jobs import build_jobs, build_nodes
+from gangsched.sim.report import format_table, plot, summary
+from gangsched.sim.workload import WorkloadError, load_workload
+
+__all__ = ["core_config_from", "simulate"]
+
+_SETTING_NAMES = {
+    "defaultScheduleTimeoutSeconds": "default_schedule_timeout_seconds",
+    "scheduleTimeoutOverrideSeconds": "schedule_timeout_override_seconds",
+    "backoffInitialSeconds": "backoff_initial_seconds",
+    "backoffMaxSeconds": "backoff_max_seconds",
+    "unschedulableFlushSeconds": "unschedulable_flush_seconds",
+    "nodesToScore": "nodes_to_score",
+    "scoreWeights": "score_weights",
+    "filters": "filters",
+}
+
+
+def core_config_from(settings: dict[str, Any]) -> CoreConfig:
+    """CoreConfig from a workload's ``settings`` (camelCase keys, as in the config file)."""
+    known = {f.name for f in fields(CoreConfig)}
+    kwargs: dict[str, Any] = {}
+    for k, v in settings.items():
+        name = _SETTING_NAMES.get(k, k)
+        if name not in known:
+            raise WorkloadError(f"settings.{k}: unknown setting; known: {sorted(_SETTING_NAMES)}")
+        kwargs[name] = tuple(v) if name == "filters" else v
+    return CoreConfig(**kwargs)
+
+
+def simulate(
+    path: str, *, as_json: bool, plot_path: str | None, show_all: bool, until: float | None
+) -> tuple[int, str, SimResult]:
+    w, base = load_workload(path)
+    nodes = build_nodes(w, base)
+    jobs = build_jobs(w, base)
+    sim = Simulation(nodes, jobs, core_config_from(w.settings), until=until)
+    result = sim.run()
+    s = summary(result, w.name)
+    s["nodes"] = len(nodes)
+    if plot_path:
+        plot(result, plot_path, f"{w.name}: GPU allocation over time")
+    if as_json:
+        text = json.dumps(s, sort_keys=True)
+    else:
+        text = (
+            format_table(result, None if show_all else 50)
+            + "\n\n"
+            + "\n".join(f"{k:32} {v}" for k, v in s.items())
+        )
+    ok = s["partial_gangs"] == 0 and s["overcommitted_nodes"] == 0
+    return (0 if ok else 3), text, result
+
+
+def workload_path_ok(path: str) -> bool:
+    return Path(path).exists()

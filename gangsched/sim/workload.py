@@ -1,0 +1,212 @@
+"""The simulator's workload file: nodes, gangs and plain pods with arrival times and durations.
+
+YAML (or JSON) validated by pydantic; every error names the field. See docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gangsched.core.quantity import QuantityError
+from gangsched.core.resources import CPU, GPU, MEMORY, PODS, parse_amount
+
+__all__ = [
+    "GangDef",
+    "NodeDef",
+    "PodDef",
+    "PodTemplate",
+    "TraceNodes",
+    "TracePods",
+    "Workload",
+    "WorkloadError",
+    "load_workload",
+]
+
+
+class WorkloadError(ValueError):
+    pass
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _check_quantity(name: str, value: Any) -> Any:
+    if value is None:
+        return value
+    try:
+        parse_amount(name, value, name)
+    except QuantityError as e:
+        raise ValueError(str(e)) from None
+    return value
+
+
+class Resources(_Strict):
+    cpu: str | int | float = "1"
+    memory: str | int = "1Gi"
+    gpus: int = Field(0, ge=0)
+    extra: dict[str, str | int] = Field(default_factory=dict)
+
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, v: Any) -> Any:
+        return _check_quantity(CPU, v)
+
+    @field_validator("memory")
+    @classmethod
+    def _mem(cls, v: Any) -> Any:
+        return _check_quantity(MEMORY, v)
+
+    def as_requests(self) -> dict[str, int]:
+        out = {
+            CPU: parse_amount(CPU, self.cpu, "cpu"),
+            MEMORY: parse_amount(MEMORY, self.memory, "memory"),
+        }
+        if self.gpus:
+            out[GPU] = self.gpus
+        for k, v in self.extra.items():
+            out[k] = parse_amount(k, v, f"extra.{k}")
+        return out
+
+
+class NodeDef(Resources):
+    name: str
+    count: int = Field(1, ge=1, le=100_000)
+    cpu: str | int | float = "64"
+    memory: str | int = "256Gi"
+    pods: int = Field(110, ge=1)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[dict[str, str]] = Field(default_factory=list)
+
+    def allocatable(self) -> dict[str, int]:
+        out = self.as_requests()
+        out[PODS] = self.pods
+        return out
+
+
+class TraceNodes(_Strict):
+    """Nodes from a trace inventory CSV (openb_node_list_*.csv or spotgpu_node_info.csv)."""
+
+    trace: str
+    limit: int | None = Field(None, ge=1)
+    memory_per_cpu: str = "4Gi"  # spotgpu rows carry no memory figure
+
+
+class PodTemplate(Resources):
+    count: int = Field(1, ge=1, le=10_000)
+    role: str = ""
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+
+
+class GangDef(_Strict):
+    name: str
+    namespace: str = "default"
+    arrival: float = Field(0.0, ge=0)
+    duration: float = Field(600.0, gt=0)
+    min_member: int | None = Field(None, ge=1, alias="minMember")
+    timeout_seconds: float | None = Field(None, gt=0, alias="timeoutSeconds")
+    priority: int = 0
+    mode: Literal["Strict", "NonStrict"] = "Strict"
+    roles: dict[str, int] = Field(default_factory=dict)  # role -> its own minMember
+    topology: dict[str, list[list[str]]] = Field(default_factory=dict)
+    gang_group: list[str] = Field(default_factory=list, alias="gangGroup")
+    pods: list[PodTemplate]
+
+    @model_validator(mode="after")
+    def _min(self) -> GangDef:
+        total = sum(p.count for p in self.pods)
+        if self.min_member is not None and self.min_member > total:
+            raise ValueError(f"minMember {self.min_member} exceeds the {total} pods declared")
+        return self
+
+    @property
+    def total(self) -> int:
+        return sum(p.count for p in self.pods)
+
+
+class PodDef(Resources):
+    name: str
+    namespace: str = "default"
+    arrival: float = Field(0.0, ge=0)
+    duration: float = Field(600.0, gt=0)
+    priority: int = 0
+
+
+class TracePods(_Strict):
+    """Tasks from an openb pod list. Gang rule: a task asking for N >= 2 GPUs becomes a gang
+    of N one-GPU workers (its CPU and memory split evenly); a task with one GPU, or a fraction
+    of one (gpu_milli < 1000: gangsched does not share GPUs, so it takes a whole one), becomes
+    a plain one-GPU pod; a task with no GPU becomes a plain CPU pod."""
+
+    trace: str
+    limit: int | None = Field(None, ge=1)
+    gpu_only: bool = True
+    time_scale: float = Field(1.0, gt=0)  # divide trace times by this
+    max_duration: float | None = Field(None, gt=0)
+
+
+class Workload(_Strict):
+    name: str = "workload"
+    description: str = ""
+    nodes: list[NodeDef | TraceNodes] = Field(default_factory=list)
+    gangs: list[GangDef] = Field(default_factory=list)
+    pods: list[PodDef] = Field(default_factory=list)
+    trace_pods: TracePods | None = Field(None, alias="tracePods")
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Workload:
+        seen: set[str] = set()
+        for g in self.gangs:
+            key = f"{g.namespace}/{g.name}"
+            if key in seen:
+                raise ValueError(f"gang {key} is declared twice")
+            seen.add(key)
+        return self
+
+
+def trace_dirs(base: Path) -> list[Path]:
+    dirs = [base]
+    env = os.environ.get("GANGSCHED_TRACE_DIR")
+    if env:
+        dirs.append(Path(env))
+    repo = Path(__file__).resolve().parents[2]
+    dirs += [repo / "examples" / "traces", repo.parent / "shared" / "traces"]
+    return dirs
+
+
+def resolve_trace(name: str, base: Path) -> Path:
+    p = Path(name)
+    if p.is_absolute():
+        if p.exists():
+            return p
+        raise WorkloadError(f"trace file {name} not found")
+    for d in trace_dirs(base):
+        if (d / p).exists():
+            return d / p
+    looked = ", ".join(str(d) for d in trace_dirs(base))
+    raise WorkloadError(
+        f"trace file {name} not found (looked in {looked}; set GANGSCHED_TRACE_DIR)"
+    )
+
+
+def load_workload(path: str | Path) -> tuple[Workload, Path]:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise WorkloadError(f"{path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise WorkloadError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise WorkloadError(f"{path}: expected a mapping at the top level")
+    try:
+        return Workload.model_validate(raw), path.parent
+    except ValidationError as e:
+        lines = [f"  {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise WorkloadError(f"{path}: invalid workload:\n" + "\n".join(lines)) from None
