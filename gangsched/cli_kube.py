@@ -1,11 +1,115 @@
-"""The cluster-facing subcommands (``run``, ``dev-cluster``), imported lazily."""
+"""The cluster-facing subcommands: ``run``, ``status-controller`` and ``dev-cluster``."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
 
 __all__ = ["add_commands"]
 
+# flag dest -> settings field, for flags that override the configuration file
+_FLAG_FIELDS = (
+    "scheduler_name",
+    "kubeconfig",
+    "context",
+    "default_schedule_timeout_seconds",
+    "schedule_timeout_override_seconds",
+    "backoff_initial_seconds",
+    "backoff_max_seconds",
+    "api_qps",
+    "api_burst",
+    "log_format",
+    "log_level",
+)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from gangsched.settings import load_settings
+
+    overrides = {f: getattr(args, f) for f in _FLAG_FIELDS if getattr(args, f, None) is not None}
+    if getattr(args, "no_status_controller", False):
+        overrides["status_controller"] = False
+    return load_settings(args.config, overrides)
+
+
+def _run_async(main: Any) -> int:
+    async def runner() -> None:
+        task = asyncio.ensure_future(main)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(runner())
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gangsched.app import run_scheduler
+    from gangsched.logging import configure_logging
+    from gangsched.settings import ConfigError
+
+    try:
+        settings = _settings(args)
+    except ConfigError as e:
+        print(f"gangsched run: {e}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
+    return _run_async(run_scheduler(settings))
+
+
+def _status(args: argparse.Namespace) -> int:
+    from gangsched.app import run_status_controller
+    from gangsched.logging import configure_logging
+    from gangsched.settings import ConfigError
+
+    try:
+        settings = _settings(args)
+    except ConfigError as e:
+        print(f"gangsched status-controller: {e}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
+    return _run_async(run_status_controller(settings))
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="configuration file (YAML); see docs/configuration.md")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, in-cluster)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--scheduler-name", dest="scheduler_name")
+    p.add_argument("--log-format", dest="log_format", choices=["json", "console"])
+    p.add_argument("--log-level", dest="log_level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--api-qps", dest="api_qps", type=float)
+    p.add_argument("--api-burst", dest="api_burst", type=int)
+
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    return None
+    r = sub.add_parser("run", help="run the scheduler against a cluster")
+    _common(r)
+    r.add_argument(
+        "--default-schedule-timeout", dest="default_schedule_timeout_seconds", type=float
+    )
+    r.add_argument(
+        "--schedule-timeout-override", dest="schedule_timeout_override_seconds", type=float
+    )
+    r.add_argument("--backoff-initial", dest="backoff_initial_seconds", type=float)
+    r.add_argument("--backoff-max", dest="backoff_max_seconds", type=float)
+    r.add_argument(
+        "--no-status-controller",
+        action="store_true",
+        help="do not run the PodGroup status controller in this process",
+    )
+    r.set_defaults(func=_run)
+
+    s = sub.add_parser("status-controller", help="run only the PodGroup status controller")
+    _common(s)
+    s.set_defaults(func=_status)
+
+    from gangsched.devcluster import cli as devcli
+
+    devcli.add_command(sub)

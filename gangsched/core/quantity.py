@@ -41,6 +41,19 @@ _RE = re.compile(
 _MAX_EXPONENT = 30
 
 
+# No real quantity is longer than this; longer strings are refused before any conversion
+# (Python also refuses int conversions of more than 4,300 digits).
+_MAX_LENGTH = 64
+
+
+def _shown(value: object) -> str:
+    """A bounded repr for messages (a huge int cannot even be printed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"<integer of {value.bit_length()} bits>"
+    text = repr(value)
+    return text if len(text) <= _MAX_LENGTH + 2 else text[:_MAX_LENGTH] + "...'"
+
+
 class QuantityError(ValueError):
     """A quantity that Kubernetes would not accept. ``field`` names where it came from."""
 
@@ -48,7 +61,7 @@ class QuantityError(ValueError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"{field}: invalid quantity {value!r}: {reason}")
+        super().__init__(f"{field}: invalid quantity {_shown(value)}: {reason}")
 
 
 def parse_quantity(value: object, field: str = "quantity") -> Fraction:
@@ -68,6 +81,8 @@ def parse_quantity(value: object, field: str = "quantity") -> Fraction:
     text = value.strip()
     if not text:
         raise QuantityError(field, value, "empty string")
+    if len(text) > _MAX_LENGTH:
+        raise QuantityError(field, value, f"longer than {_MAX_LENGTH} characters")
     m = _RE.match(text)
     if m is None:
         raise QuantityError(

@@ -42,7 +42,7 @@ MAX_AMOUNT = 2**62
 
 
 def _is_extended(name: str) -> bool:
-    return "/" in name and not name.startswith("kubernetes.io/")
+    return "/" in name and "kubernetes.io/" not in name
 
 
 def parse_amount(name: str, value: object, field: str) -> int:
@@ -64,7 +64,7 @@ def parse_amount(name: str, value: object, field: str) -> int:
 def parse_resource_list(raw: Mapping[str, object] | None, field: str) -> ResourceList:
     """Parse a Kubernetes ResourceList (``{"cpu": "500m", ...}``); errors name the field."""
     out: ResourceList = {}
-    if not raw:
+    if raw is None:
         return out
     if not isinstance(raw, Mapping):
         raise QuantityError(field, raw, "expected a mapping of resource name to quantity")

@@ -1,0 +1,88 @@
+"""TaintToleration: taints repel pods that do not tolerate them.
+
+Matching follows Kubernetes ``Toleration.ToleratesTaint``: a toleration with an effect
+matches only that effect (empty matches every effect); with a key matches only that key
+(empty matches every key); operator ``Exists`` ignores the value, ``Equal`` (or empty)
+compares it; any other operator matches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gangsched.core.cache import NodeInfo
+from gangsched.core.framework import SUCCESS, Code, Status
+from gangsched.core.model import Pod, Taint, Toleration
+from gangsched.core.plugins._common import NODE_NOT_FOUND
+
+__all__ = ["TaintToleration", "TaintTolerationScore", "tolerates", "toleration_matches"]
+
+NO_SCHEDULE = "NoSchedule"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+NO_EXECUTE = "NoExecute"
+
+
+def toleration_matches(toleration: Toleration, taint: Taint) -> bool:
+    """Whether one toleration tolerates one taint (Kubernetes semantics)."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    op = toleration.operator
+    if op == "Exists":
+        return True
+    if op in ("Equal", ""):
+        return toleration.value == taint.value
+    return False
+
+
+def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
+    """Whether any of ``tolerations`` tolerates ``taint``."""
+    return any(toleration_matches(t, taint) for t in tolerations)
+
+
+class TaintToleration:
+    """Filter: fails on the first NoSchedule or NoExecute taint the pod does not tolerate."""
+
+    name: str = "TaintToleration"
+    static: bool = True
+
+    def filter(self, pod: Pod, node: NodeInfo) -> Status:
+        n = node.node
+        if n is None:
+            return NODE_NOT_FOUND
+        if not n.taints:
+            return SUCCESS
+        tolerations = pod.placement.tolerations
+        for taint in n.taints:
+            if taint.effect not in (NO_SCHEDULE, NO_EXECUTE):
+                continue
+            if not tolerates(tolerations, taint):
+                return Status(
+                    Code.UNRESOLVABLE,
+                    f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}",
+                )
+        return SUCCESS
+
+
+class TaintTolerationScore:
+    """Scorer: prefers nodes with fewer PreferNoSchedule taints the pod does not tolerate.
+
+    With ``k`` such taints the score is ``100 / (k + 1)``: 100 for none, 50 for one, 33.3 for
+    two, strictly decreasing in ``k`` and always positive. A missing node scores 0.
+    """
+
+    name: str = "TaintToleration"
+
+    def score(self, pod: Pod, node: NodeInfo) -> float:
+        n = node.node
+        if n is None:
+            return 0.0
+        if not n.taints:
+            return 100.0
+        tolerations = pod.placement.tolerations
+        count = 0
+        for taint in n.taints:
+            if taint.effect == PREFER_NO_SCHEDULE and not tolerates(tolerations, taint):
+                count += 1
+        return 100.0 / (count + 1)

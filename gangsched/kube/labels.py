@@ -1,0 +1,39 @@
+"""Every label and annotation gangsched reads or writes."""
+
+from __future__ import annotations
+
+GROUP = "gangsched.io"
+VERSION = "v1alpha1"
+PODGROUP_PLURAL = "podgroups"
+
+POD_GROUP_LABEL = "gangsched.io/pod-group"
+ROLE_LABEL = "gangsched.io/role"
+TIMEOUT_ANNOTATION = "gangsched.io/timeout"
+
+# scheduler-plugins Coscheduling
+XK8S_GROUP = "scheduling.x-k8s.io"
+XK8S_VERSION = "v1alpha1"
+XK8S_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+# Volcano / kube-batch (seed 001) and seed 004
+VOLCANO_GROUP = "scheduling.volcano.sh"
+VOLCANO_VERSION = "v1beta1"
+GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
+GROUP_POD_NUM_ANNOTATION = "scheduling.k8s.io/group-pod-num"
+VOLCANO_TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
+
+# seed 000 (Coscheduling proposal)
+POD_GROUP_NAME_LABEL = "pod-group/name"
+POD_GROUP_MIN_LABEL = "pod-group/min-available"
+
+# Koordinator (seed 002)
+KOORD = "gang.scheduling.koordinator.sh"
+KOORD_NAME = f"{KOORD}/name"
+KOORD_MIN = f"{KOORD}/min-available"
+KOORD_WAITING = f"{KOORD}/waiting-time"
+KOORD_TOTAL = f"{KOORD}/total-number"
+KOORD_MODE = f"{KOORD}/mode"
+KOORD_GROUPS = f"{KOORD}/groups"
+KOORD_TIMEOUT = f"{KOORD}/timeout"
+
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"

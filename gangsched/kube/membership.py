@@ -1,0 +1,153 @@
+"""Which gang a pod belongs to, from every convention users already have.
+
+Checked in this order; the first that applies names the gang, and a pod that declares two
+different gangs through different conventions is refused (it gets an event and stays pending):
+
+1. gangsched: label ``gangsched.io/pod-group`` (PodGroup ``gangsched.io/v1alpha1``);
+2. scheduler-plugins: label ``scheduling.x-k8s.io/pod-group`` (PodGroup
+   ``scheduling.x-k8s.io/v1alpha1``, read when that CRD is installed);
+3. Volcano / kube-batch: annotation ``scheduling.k8s.io/group-name`` (PodGroup
+   ``scheduling.volcano.sh/v1beta1`` when installed); with ``scheduling.k8s.io/group-pod-num``
+   and no such PodGroup, the annotations alone declare the gang (seed 004);
+4. labels ``pod-group/name`` + ``pod-group/min-available`` (seed 000);
+5. Koordinator: annotations ``gang.scheduling.koordinator.sh/{name,min-available,
+   waiting-time,total-number,mode,groups}``.
+
+Conventions 1-3 name a PodGroup object; the others carry the gang's spec on the pod itself
+(``implicit``). Roles come from ``gangsched.io/role``, else Volcano's ``volcano.sh/task-spec``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gangsched.core.model import GangMode, GangSpec
+from gangsched.kube import labels as lbl
+
+__all__ = ["Membership", "Source", "resolve_membership"]
+
+
+class Source:
+    GANGSCHED = "gangsched"
+    XK8S = "scheduler-plugins"
+    VOLCANO = "volcano"
+    ANNOTATIONS = "annotations"  # seed 004
+    LABELS = "labels"  # seed 000
+    KOORDINATOR = "koordinator"
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    key: str = ""  # "namespace/name"; empty for a plain pod
+    source: str = ""
+    role: str = ""
+    implicit: GangSpec | None = None  # the spec, when the pod itself declares it
+    error: str = ""
+
+
+_DURATION = re.compile(
+    r"^\s*(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?\s*$"
+)
+
+
+def _duration(text: str) -> float:
+    """A Go duration such as ``600s``, ``10m`` or ``1h30m``, or plain seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        m = _DURATION.match(text)
+        if m is None or not any(m.groups()):
+            raise ValueError(f"unreadable duration {text!r}") from None
+        h, mi, s = (float(x) if x else 0.0 for x in m.groups())
+        value = h * 3600 + mi * 60 + s
+    if not value > 0:
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return value
+
+
+def _positive_int(text: str, what: str) -> int:
+    try:
+        n = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{what} must be a whole number, got {text!r}") from None
+    if n < 1:
+        raise ValueError(f"{what} must be at least 1, got {n}")
+    return n
+
+
+def resolve_membership(
+    namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str], created: float
+) -> Membership:
+    role = labels.get(lbl.ROLE_LABEL) or annotations.get(lbl.VOLCANO_TASK_SPEC_ANNOTATION, "")
+    found: list[Membership] = []
+    try:
+        if name := labels.get(lbl.POD_GROUP_LABEL):
+            found.append(Membership(f"{namespace}/{name}", Source.GANGSCHED, role))
+        if name := labels.get(lbl.XK8S_POD_GROUP_LABEL):
+            found.append(Membership(f"{namespace}/{name}", Source.XK8S, role))
+        if name := annotations.get(lbl.GROUP_NAME_ANNOTATION):
+            key = f"{namespace}/{name}"
+            implicit = None
+            if num := annotations.get(lbl.GROUP_POD_NUM_ANNOTATION):
+                n = _positive_int(num, lbl.GROUP_POD_NUM_ANNOTATION)
+                implicit = GangSpec(key, n, created=created)
+            found.append(Membership(key, Source.VOLCANO, role, implicit))
+        if name := labels.get(lbl.POD_GROUP_NAME_LABEL):
+            key = f"{namespace}/{name}"
+            raw = labels.get(lbl.POD_GROUP_MIN_LABEL)
+            if raw is None:
+                need = lbl.POD_GROUP_MIN_LABEL
+                raise ValueError(f"label {lbl.POD_GROUP_NAME_LABEL} needs {need}")
+            n = _positive_int(raw, lbl.POD_GROUP_MIN_LABEL)
+            found.append(Membership(key, Source.LABELS, role, GangSpec(key, n, created=created)))
+        if name := annotations.get(lbl.KOORD_NAME):
+            found.append(_koordinator(namespace, name, annotations, role, created))
+    except ValueError as e:
+        return Membership(role=role, error=f"invalid gang declaration: {e}")
+    keys = {m.key for m in found}
+    if len(keys) > 1:
+        names = ", ".join(f"{m.key} ({m.source})" for m in found)
+        return Membership(role=role, error=f"the pod declares more than one gang: {names}")
+    if not found:
+        return Membership(role=role)
+    # Several conventions naming the same gang agree; the highest-precedence one wins.
+    return found[0]
+
+
+def _koordinator(
+    namespace: str, name: str, ann: Mapping[str, str], role: str, created: float
+) -> Membership:
+    key = f"{namespace}/{name}"
+    raw_min = ann.get(lbl.KOORD_MIN)
+    if raw_min is None:
+        raise ValueError(f"annotation {lbl.KOORD_NAME} needs {lbl.KOORD_MIN}")
+    min_member = _positive_int(raw_min, lbl.KOORD_MIN)
+    total = ann.get(lbl.KOORD_TOTAL)
+    if total is not None and _positive_int(total, lbl.KOORD_TOTAL) < min_member:
+        raise ValueError(f"{lbl.KOORD_MIN} {min_member} exceeds {lbl.KOORD_TOTAL} {total}")
+    timeout = _duration(ann[lbl.KOORD_WAITING]) if lbl.KOORD_WAITING in ann else 600.0
+    mode_raw = ann.get(lbl.KOORD_MODE, "Strict")
+    modes = {"strict": GangMode.STRICT, "nonstrict": GangMode.NON_STRICT}
+    if mode_raw.lower() not in modes:
+        raise ValueError(f"{lbl.KOORD_MODE} must be Strict or NonStrict, got {mode_raw!r}")
+    group: tuple[str, ...] = ()
+    if raw := ann.get(lbl.KOORD_GROUPS):
+        try:
+            names = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ValueError(f"{lbl.KOORD_GROUPS} must be a JSON list of gang names") from None
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+            raise ValueError(f"{lbl.KOORD_GROUPS} must be a JSON list of gang names")
+        group = tuple(sorted({key, *(x if "/" in x else f"{namespace}/{x}" for x in names)}))
+    spec = GangSpec(
+        key,
+        min_member,
+        timeout_seconds=timeout,
+        created=created,
+        mode=modes[mode_raw.lower()],
+        gang_group=group,
+    )
+    return Membership(key, Source.KOORDINATOR, role, spec)

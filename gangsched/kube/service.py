@@ -1,0 +1,299 @@
+"""The scheduler daemon's loop: watches feed the core, the core's decisions go out.
+
+Everything that touches the core runs on one asyncio loop, between awaits, so the synchronous
+core never sees two things at once. Scheduling starts only after the first full list of nodes,
+pods and PodGroups, so nothing bound before the start is missed (no over-commit after a
+restart), and yields to the loop every few cycles so watches and bindings keep flowing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from gangsched.core.decisions import (
+    BindGang,
+    Decision,
+    GangTimedOut,
+    GangUnschedulable,
+)
+from gangsched.core.model import GangSpec
+from gangsched.core.scheduler import Scheduler
+from gangsched.kube import labels as lbl
+from gangsched.kube.binder import Binder
+from gangsched.kube.client import JSON, KubeClient
+from gangsched.kube.membership import Source
+from gangsched.kube.reflector import Reflector
+from gangsched.kube.reporter import Reporter
+from gangsched.kube.translate import (
+    node_from,
+    pod_from,
+    podgroup_from,
+    volcano_podgroup_from,
+    xk8s_podgroup_from,
+)
+
+__all__ = ["SchedulerService", "ServiceStats"]
+
+log = structlog.get_logger("gangsched.service")
+
+# Where each PodGroup convention's objects live, in precedence order.
+CRD_SOURCES = (
+    (Source.GANGSCHED, f"/apis/{lbl.GROUP}/{lbl.VERSION}/podgroups", podgroup_from),
+    (Source.XK8S, f"/apis/{lbl.XK8S_GROUP}/{lbl.XK8S_VERSION}/podgroups", xk8s_podgroup_from),
+    (
+        Source.VOLCANO,
+        f"/apis/{lbl.VOLCANO_GROUP}/{lbl.VOLCANO_VERSION}/podgroups",
+        volcano_podgroup_from,
+    ),
+)
+
+
+@dataclass
+class ServiceStats:
+    cycles: int = 0
+    bind_gangs: int = 0
+    unschedulable: int = 0
+    timeouts: int = 0
+    decisions_by_kind: dict[str, int] = field(default_factory=dict)
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class SchedulerService:
+    def __init__(
+        self,
+        core: Scheduler,
+        client: KubeClient,
+        binder: Binder,
+        reporter: Reporter,
+        *,
+        yield_every: int = 16,
+    ) -> None:
+        self.core = core
+        self.client = client
+        self.binder = binder
+        self.reporter = reporter
+        self._yield_every = yield_every
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._crd_specs: dict[str, dict[str, GangSpec]] = {s: {} for s, _, _ in CRD_SOURCES}
+        self._implicit: dict[str, GangSpec] = {}
+        self._gang_source: dict[str, str] = {}
+        self._applied: dict[str, GangSpec] = {}
+        self._known: dict[str, set[str]] = {"nodes": set(), "pods": set()}
+        self.stats = ServiceStats()
+        self.reflectors = [
+            Reflector(client, "/api/v1/nodes", self._on_node, name="nodes"),
+            Reflector(client, "/api/v1/pods", self._on_pod, name="pods"),
+            *(
+                Reflector(client, path, self._crd_handler(src, fn), name=f"podgroups({src})")
+                for src, path, fn in CRD_SOURCES
+            ),
+        ]
+        self.ready = asyncio.Event()
+
+    # ---- running -----------------------------------------------------------------------
+    async def run(self) -> None:
+        watchers = [asyncio.create_task(r.run(), name=r.name) for r in self.reflectors]
+        try:
+            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+            log.info(
+                "caches synced",
+                nodes=len(self._known["nodes"]),
+                pods=len(self._known["pods"]),
+                absent=[r.name for r in self.reflectors if r.absent],
+            )
+            self.ready.set()
+            await self._schedule_forever()
+        finally:
+            for t in [*watchers, *self._tasks]:
+                t.cancel()
+            for t in [*watchers, *self._tasks]:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+
+    async def _schedule_forever(self) -> None:
+        core = self.core
+        while True:
+            n = 0
+            while (decisions := core.schedule_one()) is not None:
+                self.stats.cycles += 1
+                self._handle(decisions)
+                n += 1
+                if n % self._yield_every == 0:
+                    await asyncio.sleep(0)
+            wake_at = core.next_wakeup()
+            timeout = None if wake_at is None else max(0.0, wake_at - core.clock.now()) + 0.001
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    async def idle(self) -> None:
+        """Wait until in-flight bindings are done (for tests and shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # ---- watch handlers ----------------------------------------------------------------
+    def _on_node(self, kind: str, obj: JSON) -> None:
+        known = self._known["nodes"]
+        if kind == "SYNC":
+            items = obj.get("items") or []
+            names = {str((i.get("metadata") or {}).get("name", "")) for i in items}
+            for gone in known - names:
+                self._handle(self.core.node_delete(gone))
+            known.clear()
+            for item in items:
+                self._upsert_node(item)
+        elif kind == "DELETED":
+            name = str((obj.get("metadata") or {}).get("name", ""))
+            known.discard(name)
+            self._handle(self.core.node_delete(name))
+        else:
+            self._upsert_node(obj)
+        self.poke()
+
+    def _upsert_node(self, obj: JSON) -> None:
+        node = node_from(obj)
+        self._known["nodes"].add(node.name)
+        self.core.node_upsert(node)
+
+    def _on_pod(self, kind: str, obj: JSON) -> None:
+        known = self._known["pods"]
+        if kind == "SYNC":
+            items = obj.get("items") or []
+            uids = {str((i.get("metadata") or {}).get("uid", "")) for i in items}
+            for gone in known - uids:
+                self._delete_pod(gone)
+            known.clear()
+            for item in items:
+                self._upsert_pod(item)
+        elif kind == "DELETED":
+            self._delete_pod(str((obj.get("metadata") or {}).get("uid", "")))
+        else:
+            self._upsert_pod(obj)
+        self.poke()
+
+    def _upsert_pod(self, obj: JSON) -> None:
+        pod, membership = pod_from(obj)
+        self._known["pods"].add(pod.uid)
+        if pod.scheduler_name == self.core.config.scheduler_name and membership.key:
+            self._gang_source.setdefault(membership.key, membership.source)
+            if membership.implicit is not None:
+                self._implicit[membership.key] = membership.implicit
+            self._apply_spec(membership.key)
+        self.core.pod_upsert(pod)
+        if membership.key:
+            self._report_group(membership.key)
+
+    def _delete_pod(self, uid: str) -> None:
+        self._known["pods"].discard(uid)
+        self.reporter.forget_pod(uid)
+        pod = self.core.cache.pods.get(uid)
+        self.core.pod_delete(uid)
+        if pod is not None and pod.group:
+            self._report_group(pod.group)
+
+    def _crd_handler(self, source: str, parse: Any) -> Any:
+        def handle(kind: str, obj: JSON) -> None:
+            specs = self._crd_specs[source]
+            if kind == "SYNC":
+                items = obj.get("items") or []
+                keys = {_key(i) for i in items}
+                stale = set(specs) - keys
+                specs.clear()
+                for item in items:
+                    specs[_key(item)] = parse(item)
+                for k in stale | keys:
+                    self._apply_spec(k)
+            elif kind == "DELETED":
+                specs.pop(_key(obj), None)
+                self._apply_spec(_key(obj))
+            else:
+                spec = parse(obj)
+                specs[spec.key] = spec
+                self._apply_spec(spec.key)
+            self.poke()
+
+        return handle
+
+    def _resolve_spec(self, key: str) -> GangSpec | None:
+        for source, _, _ in CRD_SOURCES:
+            spec = self._crd_specs[source].get(key)
+            if spec is not None:
+                return spec
+        return self._implicit.get(key)
+
+    def _apply_spec(self, key: str) -> None:
+        spec = self._resolve_spec(key)
+        if spec == self._applied.get(key):
+            return
+        if spec is None:
+            self._applied.pop(key, None)
+            self._handle(self.core.gang_delete(key))
+            return
+        self._applied[key] = spec
+        self.core.gang_upsert(spec)
+
+    # ---- decisions ---------------------------------------------------------------------
+    def _handle(self, decisions: Iterable[Decision]) -> None:
+        for d in decisions:
+            kind = type(d).__name__
+            self.stats.decisions_by_kind[kind] = self.stats.decisions_by_kind.get(kind, 0) + 1
+            if isinstance(d, BindGang):
+                self.stats.bind_gangs += 1
+                task = asyncio.create_task(self._bind(d))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            elif isinstance(d, GangUnschedulable):
+                self.stats.unschedulable += 1
+                for pod in d.pods:
+                    self.reporter.unschedulable(pod, d.reason, d.message)
+            elif isinstance(d, GangTimedOut):
+                self.stats.timeouts += 1
+                for pod in d.released:
+                    self.reporter.event(pod, "Warning", "GangTimeout", "Scheduling", d.message)
+                    self.reporter.mark_timeout(pod)
+            self._report_group(d.gang)
+
+    async def _bind(self, d: BindGang) -> None:
+        results = await self.binder.bind_gang(d)
+        for r in results:
+            if r.ok:
+                self.reporter.scheduled(r.binding.pod, r.binding.node)
+            else:
+                self.reporter.event(r.binding.pod, "Warning", "FailedBinding", "Binding", r.message)
+        self._report_group(d.gang)
+        self.poke()
+
+    def _report_group(self, key: str) -> None:
+        if (
+            self._gang_source.get(key) != Source.GANGSCHED
+            and key not in self._crd_specs[Source.GANGSCHED]
+        ):
+            return
+        view = self.core.view(key)
+        if view is None:
+            return
+        held = view.bound + view.succeeded
+        scheduled = view.min_member > 0 and held >= view.min_member
+        self.reporter.group_status(
+            key,
+            scheduled=scheduled,
+            reason="Scheduled" if scheduled else view.reason,
+            message=view.message if not scheduled else f"{held} member(s) bound",
+            waiting=view.reserved,
+            start=view.schedule_start,
+            last_failure=view.last_failure,
+        )

@@ -1,0 +1,126 @@
+"""The daemon's configuration: one pydantic model, from a YAML file, then environment
+variables (``GANGSCHED_<FIELD>``, upper snake case), then command-line flags, each overriding
+the one before. Invalid configuration fails at start with a message naming the field.
+Every field is documented in docs/configuration.md."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from gangsched.core.config import CoreConfig
+from gangsched.core.plugins import FILTERS, SCORERS
+
+__all__ = ["ConfigError", "Settings", "load_settings"]
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+    scheduler_name: str = Field("gangsched", min_length=1, max_length=253)
+    kubeconfig: str | None = None
+    context: str | None = None
+    # Gang timing
+    default_schedule_timeout_seconds: float = Field(300.0, gt=0, le=86400)
+    schedule_timeout_override_seconds: float | None = Field(None, gt=0, le=86400)
+    backoff_initial_seconds: float = Field(1.0, gt=0, le=3600)
+    backoff_max_seconds: float = Field(10.0, gt=0, le=3600)
+    unschedulable_flush_seconds: float = Field(60.0, gt=0, le=86400)
+    # Placement
+    nodes_to_score: int = Field(100, ge=1, le=100_000)
+    filters: list[str] = Field(default_factory=lambda: list(CoreConfig().filters), min_length=1)
+    score_weights: dict[str, int] = Field(default_factory=lambda: dict(CoreConfig().score_weights))
+    # API client
+    api_qps: float = Field(50.0, ge=0)
+    api_burst: int = Field(100, ge=1)
+    max_in_flight: int = Field(32, ge=1, le=1024)
+    bind_retries: int = Field(3, ge=0, le=20)
+    # Process
+    status_controller: bool = True
+    log_format: Literal["json", "console"] = "json"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.backoff_max_seconds < self.backoff_initial_seconds:
+            raise ValueError("backoffMaxSeconds must be >= backoffInitialSeconds")
+        unknown = [f for f in self.filters if f not in FILTERS]
+        if unknown:
+            raise ValueError(f"filters: unknown plugin(s) {unknown}; known: {sorted(FILTERS)}")
+        bad = [s for s in self.score_weights if s not in SCORERS]
+        if bad:
+            raise ValueError(f"scoreWeights: unknown plugin(s) {bad}; known: {sorted(SCORERS)}")
+        if any(w < 0 for w in self.score_weights.values()):
+            raise ValueError("scoreWeights: weights must be >= 0")
+        return self
+
+    def core(self) -> CoreConfig:
+        return CoreConfig(
+            scheduler_name=self.scheduler_name,
+            default_schedule_timeout_seconds=self.default_schedule_timeout_seconds,
+            schedule_timeout_override_seconds=self.schedule_timeout_override_seconds,
+            backoff_initial_seconds=self.backoff_initial_seconds,
+            backoff_max_seconds=self.backoff_max_seconds,
+            unschedulable_flush_seconds=self.unschedulable_flush_seconds,
+            nodes_to_score=self.nodes_to_score,
+            filters=tuple(self.filters),
+            score_weights=dict(self.score_weights),
+        )
+
+
+def _env_name(field: str) -> str:
+    return "GANGSCHED_" + field.upper()
+
+
+def _from_env(env: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, info in Settings.model_fields.items():
+        raw = env.get(_env_name(name))
+        if raw is None:
+            continue
+        if info.annotation in (list[str],):
+            out[name] = [x.strip() for x in raw.split(",") if x.strip()]
+        elif name == "score_weights":
+            out[name] = yaml.safe_load(raw)
+        else:
+            out[name] = raw
+    return out
+
+
+def load_settings(
+    path: str | None, overrides: dict[str, Any], env: dict[str, str] | None = None
+) -> Settings:
+    """File < environment < flags. ``overrides`` holds flag values that were given."""
+    data: dict[str, Any] = {}
+    if path:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text())
+        except OSError as e:
+            raise ConfigError(f"{path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: expected a mapping at the top level")
+        data.update(loaded or {})
+    merged = {to_camel(k): v for k, v in data.items()}
+    for k, v in {**_from_env(dict(os.environ if env is None else env)), **overrides}.items():
+        merged[to_camel(k)] = v
+    try:
+        return Settings.model_validate(merged)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "(settings)"
+            lines.append(f"  {loc}: {err['msg']}")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
