@@ -101,9 +101,7 @@ def run_bench(args: argparse.Namespace) -> str:
     else:
         nodes = _uniform_nodes(args.nodes, args.gpus_per_node)
         source = "uniform"
-    runs = [
-        bench(nodes, args.pods, args.gang_size, args.gpus_per_pod) for _ in range(args.repeat)
-    ]
+    runs = [bench(nodes, args.pods, args.gang_size, args.gpus_per_pod) for _ in range(args.repeat)]
     best = max(runs, key=lambda r: r["pods_per_second"])
     best["inventory"] = source
     cmd = (

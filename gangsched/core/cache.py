@@ -82,7 +82,7 @@ class ClusterCache:
         lost = [uid for uid, n in self.assumed.items() if n == name]
         for uid in lost:
             self.forget(uid)
-        if not info.pods:
+        if not info.pods and self.nodes.get(name) is info:
             del self.nodes[name]
         return lost
 

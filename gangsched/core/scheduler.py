@@ -130,7 +130,7 @@ class Scheduler:
         if is_pending(pod, self.cache) or pod.invalid_reason:
             self.queue.activate(key, self._sort_key(gang))
             if new_member:
-                self.queue.wake(Wake.GANG, (key,))
+                self.queue.wake(Wake.GANG, self._group_of(gang))
 
     def pod_delete(self, uid: str) -> None:
         pod = self.cache.pods.get(uid)
@@ -164,7 +164,7 @@ class Scheduler:
         gang.spec = spec
         if self._has_pending(gang):
             self.queue.activate(spec.key, self._sort_key(gang))
-        self.queue.wake(Wake.GANG, (spec.key,))
+        self.queue.wake(Wake.GANG, self._group_of(gang))
 
     def gang_delete(self, key: str) -> list[Decision]:
         self.specs.pop(key, None)
@@ -220,6 +220,13 @@ class Scheduler:
             return out
         if gang.schedule_start is None:
             gang.schedule_start = self.clock.now()
+        blocked = self._siblings_waiting(gang)
+        if blocked:
+            self._fail(gang, "WaitingForMembers", blocked, Wake.GANG)
+            out.append(
+                GangUnschedulable(key, tuple(_ref(p) for p in h.pending), gang.reason, blocked)
+            )
+            return out
         attempt = self.cycle.run(gang, h)
         if attempt.failed:
             self._fail(gang, attempt.reason, attempt.message, attempt.wake)
@@ -300,6 +307,28 @@ class Scheduler:
             del self.gangs[key]
             self.queue.remove(key)
 
+    def _group_of(self, gang: Gang) -> tuple[str, ...]:
+        """The gang and every gang of its gang group: what one of its events may unblock."""
+        siblings = gang.spec.gang_group if gang.spec is not None else ()
+        return (gang.key, *(s for s in siblings if s != gang.key))
+
+    def _siblings_waiting(self, gang: Gang) -> str:
+        """Why a gang group cannot complete yet, or '' when every sibling could."""
+        spec = gang.spec
+        if spec is None:
+            return ""
+        for key in spec.gang_group:
+            if key == gang.key:
+                continue
+            sibling = self.gangs.get(key)
+            if sibling is None or sibling.spec is None:
+                return f"gang group member {key} does not exist yet"
+            h = holdings(sibling, self.cache)
+            need, roles = shortfall(sibling.spec, h.held, h.held_by_role, sibling.satisfied_once)
+            if (need or roles) and h.live < sibling.spec.min_member:
+                return f"gang group member {key} has {h.live} of {sibling.spec.min_member} members"
+        return ""
+
     def _has_pending(self, gang: Gang) -> bool:
         pods = self.cache.pods
         return any(
@@ -376,8 +405,8 @@ class Scheduler:
             gang.attempts += 1
             until = now + self._backoff(gang)
             self.queue.requeue(key, self._sort_key(gang), until, Wake.CLUSTER)
-        else:
-            gang.attempts = 0
+        elif key not in self.permit:
+            gang.attempts = 0  # bound: the backoff starts afresh
         return out
 
     def _bind(self, gang: Gang, placements: dict[str, str]) -> BindGang:

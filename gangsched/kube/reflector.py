@@ -49,11 +49,24 @@ class Reflector:
         self.relists = 0
         self.watch_restarts = 0
         self.absent = False  # the resource is not served (a CRD that is not installed)
+        self.handler_errors = 0
 
     async def _emit(self, kind: str, obj: JSON) -> None:
-        result = self._handler(kind, obj)
-        if result is not None:
-            await result
+        """Hand one event to the consumer. A consumer bug is logged, counted and survived:
+        one bad object must not stop the watch for every other object."""
+        try:
+            result = self._handler(kind, obj)
+            if result is not None:
+                await result
+        except Exception:
+            self.handler_errors += 1
+            meta = obj.get("metadata") or {}
+            log.exception(
+                "event handler failed",
+                resource=self.name,
+                event=kind,
+                object=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            )
 
     async def list_all(self) -> None:
         items: list[JSON] = []

@@ -113,7 +113,14 @@ class SchedulerService:
                 absent=[r.name for r in self.reflectors if r.absent],
             )
             self.ready.set()
-            await self._schedule_forever()
+            loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
+            live = [t for t, r in zip(watchers, self.reflectors, strict=True) if not r.absent]
+            done, _ = await asyncio.wait([loop_task, *live], return_when=asyncio.FIRST_COMPLETED)
+            loop_task.cancel()
+            for t in done:
+                if not t.cancelled() and t.exception() is not None:
+                    raise RuntimeError(f"{t.get_name()} stopped") from t.exception()
+            raise RuntimeError(f"{', '.join(t.get_name() for t in done)} stopped unexpectedly")
         finally:
             for t in [*watchers, *self._tasks]:
                 t.cancel()

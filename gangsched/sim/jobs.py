@@ -151,7 +151,9 @@ def build_jobs(w: Workload, base: Path) -> list[SimJob]:
                 req = {CPU: task.cpu_milli, MEMORY: task.memory, PODS: 1}
                 if task.gpus:
                     req[GPU] = task.gpus
-                pod = Pod(uid(), "trace", task.name, req, created=task.arrival, placement=task.placement)
+                pod = Pod(
+                    uid(), "trace", task.name, req, created=task.arrival, placement=task.placement
+                )
                 jobs.append(SimJob(pod.key, task.arrival, task.duration, [pod]))
     jobs.sort(key=lambda j: (j.arrival, j.key))
     return jobs

@@ -1,0 +1,160 @@
+"""The real control plane for end-to-end tests: etcd + kube-apiserver + kwok built from Go
+modules (hack/control-plane.sh), and gangsched itself running as a separate process.
+
+Each test gets its own namespace and its own fake nodes, labelled with the test's name; its
+pods select those nodes, so tests never compete for each other's capacity.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangsched.devcluster import ControlPlane
+
+from .kube import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    cp = ControlPlane(kill_with_parent=False)
+    cp.start()
+    try:
+        cp.apply(REPO / "crds")
+        wait_for(
+            "the PodGroup CRD to be served",
+            lambda: cp.kubectl("get", "podgroups", "-A", check=False).returncode == 0,
+            timeout=30,
+        )
+        cp.start_kwok()
+        yield cp
+    finally:
+        cp.stop()
+
+
+class SchedulerProcess:
+    def __init__(self, cp: ControlPlane, log: Path, *extra: str) -> None:
+        self.cp = cp
+        self.log = log
+        self.args = [
+            sys.executable,
+            "-m",
+            "gangsched.cli",
+            "run",
+            "--kubeconfig",
+            str(cp.kubeconfig),
+            "--log-format",
+            "console",
+            "--backoff-initial",
+            "0.5",
+            "--backoff-max",
+            "2",
+            *extra,
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> SchedulerProcess:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                cwd=str(REPO),
+            )
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+@pytest.fixture(scope="session")
+def scheduler(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SchedulerProcess]:
+    log = tmp_path_factory.mktemp("scheduler") / "gangsched.log"
+    proc = SchedulerProcess(control_plane, log).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        if proc.proc is not None and proc.proc.returncode not in (0, -15, None):
+            print(f"scheduler exited with {proc.proc.returncode}:\n{proc.tail()}")
+
+
+@pytest.fixture
+def ns(control_plane: ControlPlane, request: pytest.FixtureRequest) -> str:
+    name = "t-" + uuid.uuid4().hex[:8]
+    control_plane.create_namespace(name)
+    return name
+
+
+@pytest.fixture
+def nodes(control_plane: ControlPlane, ns: str) -> Iterator[Callable[..., dict[str, str]]]:
+    """``nodes(count, gpus=2)`` creates fake nodes only this test's pods select; returns the
+    node selector. Nodes are deleted at the end of the test."""
+    made: list[str] = []
+
+    def make(count: int, gpus: int = 2, cpu: str = "16", memory: str = "64Gi") -> dict[str, str]:
+        for _ in range(count):
+            name = f"{ns}-n{len(made)}"
+            control_plane.add_fake_node(name, cpu, memory, gpus, labels={"e2e-test": ns})
+            control_plane.kubectl(
+                "patch",
+                "node",
+                name,
+                "--type=json",
+                "-p",
+                '[{"op":"remove","path":"/spec/taints"}]',
+                check=False,
+            )
+            made.append(name)
+        return {"e2e-test": ns}
+
+    yield make
+    for name in made:
+        control_plane.kubectl("delete", "node", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def running_scheduler(scheduler: SchedulerProcess) -> SchedulerProcess:
+    assert scheduler.alive(), f"the scheduler is not running:\n{scheduler.tail()}"
+    return scheduler
+
+
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> None:
+    if call.when == "call" and call.excinfo is not None:
+        sched = item.funcargs.get("running_scheduler") if hasattr(item, "funcargs") else None
+        if isinstance(sched, SchedulerProcess):
+            item.add_report_section("call", "gangsched log (tail)", sched.tail(80))

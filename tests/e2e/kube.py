@@ -1,0 +1,136 @@
+"""Small helpers for end-to-end tests: objects as dicts, applied and read with kubectl."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from gangsched.devcluster import ControlPlane
+
+T = TypeVar("T")
+
+GPU = "nvidia.com/gpu"
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], timeout: float = 30.0, interval: float = 0.25
+) -> T:
+    """Poll until ``probe`` returns something truthy; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+def create(cp: ControlPlane, obj: Mapping[str, Any]) -> dict[str, Any]:
+    out = cp.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(obj))
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def podgroup(
+    name: str, ns: str, min_member: int, timeout: int | None = None, **spec: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"minMember": min_member, **spec}
+    if timeout is not None:
+        body["scheduleTimeoutSeconds"] = timeout
+    return {
+        "apiVersion": "gangsched.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": body,
+    }
+
+
+def pod(
+    name: str,
+    ns: str,
+    *,
+    group: str | None = None,
+    gpus: int = 1,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    selector: Mapping[str, str] | None = None,
+    scheduler: str = "gangsched",
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    limits: dict[str, str] = {}
+    if gpus:
+        requests[GPU] = str(gpus)
+        limits[GPU] = str(gpus)
+    all_labels = dict(labels or {})
+    if group:
+        all_labels["gangsched.io/pod-group"] = group
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": all_labels,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "nodeSelector": dict(selector or {}),
+            "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.invalid/train:1",
+                    "resources": {"requests": requests, "limits": limits},
+                }
+            ],
+        },
+    }
+
+
+def pods(cp: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
+    items = cp.kubectl_json("get", "pods", "-n", ns)["items"]
+    return {p["metadata"]["name"]: p for p in items}
+
+
+def bound(cp: ControlPlane, ns: str) -> dict[str, str]:
+    return {
+        n: p["spec"].get("nodeName", "")
+        for n, p in pods(cp, ns).items()
+        if p["spec"].get("nodeName")
+    }
+
+
+def get_pg(cp: ControlPlane, ns: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = cp.kubectl_json("get", "podgroup", name, "-n", ns)
+    return result
+
+
+def events(cp: ControlPlane, ns: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = cp.kubectl_json("get", "events.events.k8s.io", "-n", ns)["items"]
+    return items
+
+
+def event_reasons(cp: ControlPlane, ns: str, pod_name: str) -> list[str]:
+    return [
+        e.get("reason", "")
+        for e in events(cp, ns)
+        if (e.get("regarding") or {}).get("name") == pod_name
+    ]
+
+
+def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            found: dict[str, Any] = c
+            return found
+    return None
+
+
+def names(prefix: str, n: int) -> Sequence[str]:
+    return [f"{prefix}-{i}" for i in range(n)]
