@@ -18,7 +18,7 @@ from typing import Any
 
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import BindGang
+from gangsched.core.decisions import BindGang, GangUnschedulable
 from gangsched.core.model import GangSpec, Node, Pod, PodPhase
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
@@ -46,6 +46,7 @@ def bench(nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int) -> di
         request[GPU] = gpus_per_pod
     by_uid: dict[str, Pod] = {}
     cycle_ms: list[float] = []
+    failed_ms: list[float] = []
     bound = 0
     t0 = time.perf_counter()
     for g in range(gangs):
@@ -63,6 +64,8 @@ def bench(nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int) -> di
         c1 = time.perf_counter()
         if decisions is None:
             break
+        if any(isinstance(d, GangUnschedulable) for d in decisions):
+            failed_ms.append((c1 - c0) * 1000)
         for d in decisions:
             if isinstance(d, BindGang):
                 cycle_ms.append((c1 - c0) * 1000)
@@ -83,10 +86,13 @@ def bench(nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int) -> di
         "seconds": round(total, 3),
         "ingest_seconds": round(t_ingest - t0, 3),
         "pods_per_second": round(bound / total, 1) if total else 0.0,
+        "cycles_per_second": round((len(cycle_ms) + len(failed_ms)) / total, 1) if total else 0.0,
         "gang_ms_mean": round(statistics.fmean(cycle_ms), 3) if cycle_ms else None,
         "gang_ms_p99": round(sorted(cycle_ms)[int(0.99 * (len(cycle_ms) - 1))], 3)
         if cycle_ms
         else None,
+        "gangs_unschedulable": len(failed_ms),
+        "failed_gang_ms_mean": round(statistics.fmean(failed_ms), 3) if failed_ms else None,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 

@@ -8,6 +8,7 @@ no gang ever holding 0 < n < minMember members.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from dataclasses import dataclass, field, replace
 
@@ -208,7 +209,8 @@ class Simulation:
             job.started = now
             job.reason, job.message = "Scheduled", ""
             self._waiting_gpu_jobs.discard(job.key)
-            self._push(now + job.duration, FINISH, job.key)
+            if job.duration != math.inf:
+                self._push(now + job.duration, FINISH, job.key)
 
     def _check_gang(self, key: str) -> None:
         job = self.by_key.get(key)

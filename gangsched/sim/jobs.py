@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gangsched.core.model import (
@@ -66,7 +67,7 @@ def _expand_node(nd: NodeDef) -> list[Node]:
     return [Node(n, dict(alloc), labels=dict(nd.labels), taints=taints) for n in names]
 
 
-def build_jobs(w: Workload, base: Path) -> list[SimJob]:
+def build_jobs(w: Workload, base: Path, cluster_gpus: int = 0) -> list[SimJob]:
     jobs: list[SimJob] = []
     seq = 0
 
@@ -122,9 +123,20 @@ def build_jobs(w: Workload, base: Path) -> list[SimJob]:
     if w.trace_pods is not None:
         tp = w.trace_pods
         tasks = read_trace_tasks(
-            resolve_trace(tp.trace, base), tp.limit, tp.gpu_only, tp.time_scale, tp.max_duration
+            resolve_trace(tp.trace, base),
+            tp.limit,
+            tp.gpu_only,
+            tp.time_scale,
+            tp.max_duration,
+            tp.arrival_scale,
         )
-        for task in tasks:
+        demand, budget = 0, tp.load * cluster_gpus
+        for i, task in enumerate(tasks):
+            if tp.replay == "saturate":
+                if demand >= budget:
+                    break
+                demand += task.gpus
+                task = replace(task, arrival=i * tp.interval, duration=math.inf)
             if task.gpus >= 2:
                 key = f"trace/{task.name}"
                 spec = GangSpec(key, task.gpus, created=task.arrival)

@@ -29,6 +29,12 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "partial_gangs": len(r.partial_gangs),
         "overcommitted_nodes": len(r.overcommitted_nodes),
         "gpu_allocation_mean": round(alloc_mean, 4),
+        "gpu_allocation_final": round(r.timeline[-1][1] / r.timeline[-1][2], 4)
+        if r.timeline and r.timeline[-1][2]
+        else 0.0,
+        "gpu_allocation_peak": round(max(u / t for _, u, t, _ in r.timeline), 4)
+        if r.timeline and r.timeline[0][2]
+        else 0.0,
         "gpu_idle_while_waiting_fraction": round(
             r.gpu_idle_while_waiting / r.gpu_seconds_total if r.gpu_seconds_total else 0.0, 4
         ),

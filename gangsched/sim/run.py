@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gangsched.core.config import CoreConfig
+from gangsched.core.resources import GPU
 from gangsched.sim.engine import SimResult, Simulation
 from gangsched.sim.jobs import build_jobs, build_nodes
 from gangsched.sim.report import format_table, plot, summary
@@ -44,7 +45,7 @@ def simulate(
 ) -> tuple[int, str, SimResult]:
     w, base = load_workload(path)
     nodes = build_nodes(w, base)
-    jobs = build_jobs(w, base)
+    jobs = build_jobs(w, base, sum(n.allocatable.get(GPU, 0) for n in nodes))
     sim = Simulation(nodes, jobs, core_config_from(w.settings), until=until)
     result = sim.run()
     s = summary(result, w.name)

@@ -73,6 +73,7 @@ def read_trace_tasks(
     gpu_only: bool,
     time_scale: float,
     max_duration: float | None,
+    arrival_scale: float = 1.0,
 ) -> list[TraceTask]:
     tasks: list[TraceTask] = []
     with path.open(newline="") as f:
@@ -104,7 +105,7 @@ def read_trace_tasks(
                         cpu_milli=int(row["cpu_milli"]),
                         memory=int(row["memory_mib"]) * MIB,
                         gpus=gpus,
-                        arrival=created / time_scale,
+                        arrival=created / time_scale / arrival_scale,
                         duration=duration,
                         placement=placement,
                     )

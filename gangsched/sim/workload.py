@@ -146,8 +146,17 @@ class TracePods(_Strict):
     trace: str
     limit: int | None = Field(None, ge=1)
     gpu_only: bool = True
-    time_scale: float = Field(1.0, gt=0)  # divide trace times by this
+    time_scale: float = Field(1.0, gt=0)  # divide every trace time by this
+    # Divide arrival times (only) by this: > 1 compresses arrivals, so demand exceeds capacity
+    # as in the openb paper's fragmentation experiments.
+    arrival_scale: float = Field(1.0, gt=0)
     max_duration: float | None = Field(None, gt=0)
+    # timeline: arrivals and durations from the trace. saturate: tasks in trace order, one
+    # every ``interval`` seconds, never finishing, until their GPU demand reaches ``load``
+    # times the cluster's GPUs (the openb paper's "arriving past capacity" experiment).
+    replay: Literal["timeline", "saturate"] = "timeline"
+    interval: float = Field(1.0, gt=0)
+    load: float = Field(1.2, gt=0, le=10)
 
 
 class Workload(_Strict):
