@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 
 from gangsched.core.config import CoreConfig
 from gangsched.core.plugins import FILTERS, SCORERS
+from gangsched.core.profile import CONTEXT_SCORERS
 
 __all__ = ["ConfigError", "Settings", "load_settings"]
 
@@ -58,9 +59,10 @@ class Settings(BaseModel):
         unknown = [f for f in self.filters if f not in FILTERS]
         if unknown:
             raise ValueError(f"filters: unknown plugin(s) {unknown}; known: {sorted(FILTERS)}")
-        bad = [s for s in self.score_weights if s not in SCORERS]
+        bad = [s for s in self.score_weights if s not in SCORERS and s not in CONTEXT_SCORERS]
         if bad:
-            raise ValueError(f"scoreWeights: unknown plugin(s) {bad}; known: {sorted(SCORERS)}")
+            known = sorted({*SCORERS, *CONTEXT_SCORERS})
+            raise ValueError(f"scoreWeights: unknown plugin(s) {bad}; known: {known}")
         if any(w < 0 for w in self.score_weights.values()):
             raise ValueError("scoreWeights: weights must be >= 0")
         return self

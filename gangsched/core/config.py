@@ -8,7 +8,13 @@ __all__ = ["CoreConfig"]
 
 
 def _default_weights() -> dict[str, int]:
-    return {"GPUBinPack": 10, "LeastAllocated": 1, "NodeAffinity": 2, "TaintToleration": 1}
+    return {
+        "GPUBinPack": 10,
+        "LeastAllocated": 1,
+        "NodeAffinity": 2,
+        "TaintToleration": 1,
+        "TaskTopology": 20,
+    }
 
 
 def _default_filters() -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from gangsched.core.config import CoreConfig
 from gangsched.core.framework import FilterPlugin, ScorePlugin
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.plugins import FILTERS, SCORERS
+from gangsched.core.plugins.task_topology import GangLookup, TaskTopology
 
 __all__ = ["UnknownPluginError", "build_finder"]
 
@@ -15,7 +16,11 @@ class UnknownPluginError(ValueError):
     pass
 
 
-def build_finder(cache: ClusterCache, config: CoreConfig) -> NodeFinder:
+# Score plugins that need the scheduler's state, built with it.
+CONTEXT_SCORERS = frozenset({TaskTopology.name})
+
+
+def build_finder(cache: ClusterCache, config: CoreConfig, gangs: GangLookup) -> NodeFinder:
     filters: list[FilterPlugin] = []
     for name in config.filters:
         if name not in FILTERS:
@@ -23,6 +28,9 @@ def build_finder(cache: ClusterCache, config: CoreConfig) -> NodeFinder:
         filters.append(FILTERS[name]())
     scorers: list[tuple[ScorePlugin, int]] = []
     for name, weight in sorted(config.score_weights.items()):
+        if name in CONTEXT_SCORERS:
+            scorers.append((TaskTopology(cache, gangs), weight))
+            continue
         if name not in SCORERS:
             raise UnknownPluginError(
                 f"scoreWeights: unknown plugin {name!r}; known: {sorted(SCORERS)}"

@@ -31,6 +31,7 @@ from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pendi
 from gangsched.core.model import GangSpec, Node, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
+from gangsched.core.plugins.task_topology import bucket_order
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
 
@@ -77,11 +78,9 @@ class Scheduler:
         self.cache = ClusterCache()
         self.queue = SchedulingQueue(clock, flush_after=config.unschedulable_flush_seconds)
         self.permit = PermitMap()
-        self.finder = finder or build_finder(self.cache, config)
-        self.cycle = (
-            GangCycle(self.cache, self.finder, member_order)
-            if member_order
-            else GangCycle(self.cache, self.finder)
+        self.finder = finder or build_finder(self.cache, config, self._spec_of)
+        self.cycle = GangCycle(
+            self.cache, self.finder, member_order or (lambda g, pods: bucket_order(g.spec, pods))
         )
         self.gangs: dict[str, Gang] = {}
         self.specs: dict[str, GangSpec] = {}
@@ -285,6 +284,10 @@ class Scheduler:
         return holdings(gang, self.cache) if gang is not None else None
 
     # ---- internals ---------------------------------------------------------------------
+    def _spec_of(self, key: str) -> GangSpec | None:
+        gang = self.gangs.get(key)
+        return gang.spec if gang is not None else None
+
     def _gang(self, key: str, pod: Pod) -> Gang:
         gang = self.gangs.get(key)
         if gang is None:

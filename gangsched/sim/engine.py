@@ -39,7 +39,7 @@ class SimResult:
     decisions: int
     gpu_idle_while_waiting: float = 0.0  # GPU-seconds free while some GPU job waited
     gpu_seconds_total: float = 0.0
-    notes: list[str] = field(default_factory=list)
+    placements: dict[str, str] = field(default_factory=dict)  # pod uid -> node it was bound to
 
 
 class Simulation:
@@ -130,6 +130,7 @@ class Simulation:
             decisions=self.decisions,
             gpu_idle_while_waiting=idle_gpu,
             gpu_seconds_total=gpu_seconds,
+            placements={u: p.node_name for u, p in self.pods.items() if p.node_name},
         )
 
     # ---- events ------------------------------------------------------------------------

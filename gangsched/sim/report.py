@@ -6,6 +6,7 @@ import itertools
 import statistics
 from typing import Any
 
+from gangsched.core.plugins.task_topology import relations
 from gangsched.sim.engine import SimResult
 
 __all__ = ["format_table", "plot", "summary"]
@@ -41,11 +42,28 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "wait_seconds_mean": round(statistics.fmean(waits), 3) if waits else 0.0,
         "wait_seconds_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
         "permit_timeouts": r.timeouts,
+        "cross_node_affine_pairs": cross_node_affine_pairs(r),
         "cycles": r.cycles,
         "sim_seconds": round(r.sim_seconds, 3),
         "wall_seconds": round(r.wall_seconds, 3),
         "pods_per_second": round(r.pods_bound / r.wall_seconds, 1) if r.wall_seconds else 0.0,
     }
+
+
+def cross_node_affine_pairs(r: SimResult) -> int:
+    """Pairs of members of one gang whose roles are affine (task topology) but that were bound
+    to different nodes. Counted over gangs that declare a topology."""
+    total = 0
+    for j in r.jobs:
+        if j.spec is None or not j.spec.topology.affinity:
+            continue
+        affine, _ = relations(j.spec.topology)
+        placed = [(p, r.placements[p.uid]) for p in j.pods if p.uid in r.placements]
+        for i, (a, na) in enumerate(placed):
+            for b, nb in placed[i + 1 :]:
+                if na != nb and b.role in affine.get(a.role, set()):
+                    total += 1
+    return total
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -59,6 +59,7 @@ DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
     "LeastAllocated": 1,
     "NodeAffinity": 2,
     "TaintToleration": 1,
+    "TaskTopology": 20,  # built by the profile with the scheduler's state (task_topology.py)
 }
 
 if TYPE_CHECKING:
