@@ -36,6 +36,7 @@ class Reflector:
         page_size: int = 500,
         watch_timeout: int = 300,
         label_selector: str | None = None,
+        absent_recheck: float = 60.0,
     ) -> None:
         self._client = client
         self._path = path
@@ -44,6 +45,7 @@ class Reflector:
         self._page = page_size
         self._watch_timeout = watch_timeout
         self._selector = label_selector
+        self._absent_recheck = absent_recheck
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.relists = 0
@@ -96,6 +98,9 @@ class Reflector:
                 if need_list:
                     await self.list_all()
                     need_list = False
+                    if self.absent:
+                        self.absent = False
+                        log.info("resource now served; watching it", resource=self.name)
                 await self._watch_once()
                 backoff = 0.5
             except ApiError as e:
@@ -103,11 +108,15 @@ class Reflector:
                     log.info("watch expired, relisting", resource=self.name)
                     need_list = True
                     continue
-                if e.status == 404 and not self.synced.is_set():
+                if e.status == 404 and (need_list or not self.synced.is_set()):
+                    # A CRD that is not installed (yet): look again now and then.
+                    if not self.absent:
+                        log.info("resource not served; will look again", resource=self.name)
                     self.absent = True
                     self.synced.set()
-                    log.info("resource not served; not watching it", resource=self.name)
-                    return
+                    need_list = True
+                    await asyncio.sleep(self._absent_recheck)
+                    continue
                 log.warning("watch failed", resource=self.name, error=str(e), retry_in=backoff)
                 await asyncio.sleep(backoff * (1 + random.random() / 2))
                 backoff = min(backoff * 2, 30.0)

@@ -114,8 +114,9 @@ class SchedulerService:
             )
             self.ready.set()
             loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
-            live = [t for t, r in zip(watchers, self.reflectors, strict=True) if not r.absent]
-            done, _ = await asyncio.wait([loop_task, *live], return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                [loop_task, *watchers], return_when=asyncio.FIRST_COMPLETED
+            )
             loop_task.cancel()
             for t in done:
                 if not t.cancelled() and t.exception() is not None:

@@ -36,9 +36,13 @@ def control_plane() -> Iterator[ControlPlane]:
     cp.start()
     try:
         cp.apply(REPO / "crds")
+        cp.apply(Path(__file__).parent / "fixtures" / "foreign-podgroup-crds.yaml")
         wait_for(
             "the PodGroup CRD to be served",
-            lambda: cp.kubectl("get", "podgroups", "-A", check=False).returncode == 0,
+            lambda: all(
+                cp.kubectl("get", f"podgroups.{g}", "-A", check=False).returncode == 0
+                for g in ("gangsched.io", "scheduling.x-k8s.io", "scheduling.volcano.sh")
+            ),
             timeout=30,
         )
         cp.start_kwok()

@@ -107,7 +107,7 @@ def bound(cp: ControlPlane, ns: str) -> dict[str, str]:
 
 
 def get_pg(cp: ControlPlane, ns: str, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = cp.kubectl_json("get", "podgroup", name, "-n", ns)
+    result: dict[str, Any] = cp.kubectl_json("get", "podgroups.gangsched.io", name, "-n", ns)
     return result
 
 

@@ -59,7 +59,7 @@ def test_kubectl_get_podgroups_columns(
         "PodGroup Running",
         lambda: (get_pg(cp, ns, "cols").get("status") or {}).get("phase") == "Running",
     )
-    out = cp.kubectl("get", "podgroups", "-n", ns).stdout.splitlines()
+    out = cp.kubectl("get", "podgroups.gangsched.io", "-n", ns).stdout.splitlines()
     assert out[0].split() == [
         "NAME",
         "PHASE",
