@@ -6,12 +6,16 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 
 import structlog
 
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.binder import Binder
 from gangsched.kube.client import KubeClient, load_configuration
+from gangsched.kube.health import HealthServer
+from gangsched.kube.leader import LeaderElector
+from gangsched.kube.metrics import Metrics
 from gangsched.kube.outbox import Outbox
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
@@ -24,6 +28,10 @@ __all__ = ["App", "build_app", "run_scheduler", "run_status_controller"]
 log = structlog.get_logger("gangsched.app")
 
 
+class LostLeadershipError(RuntimeError):
+    pass
+
+
 class App:
     def __init__(
         self,
@@ -32,25 +40,56 @@ class App:
         service: SchedulerService,
         outbox: Outbox,
         status: StatusController | None,
+        elector: LeaderElector | None,
+        health: HealthServer | None,
     ) -> None:
         self.settings = settings
         self.client = client
         self.service = service
         self.outbox = outbox
         self.status = status
+        self.elector = elector
+        self.health = health
         self.stop = asyncio.Event()
 
+    def ready(self) -> bool:
+        """Caches synced and leading (a follower is ready too: it is a warm standby)."""
+        if self.elector is not None and not self.elector.is_leader:
+            return True
+        return self.service.ready.is_set()
+
+    def live(self) -> bool:
+        if self.elector is not None and not self.elector.is_leader:
+            return True
+        return time.monotonic() - self.service.last_turn < 60.0
+
     async def run(self) -> None:
-        self.outbox.start()
-        tasks = [asyncio.create_task(self.service.run(), name="scheduler")]
-        if self.status is not None:
-            tasks.append(asyncio.create_task(self.status.run(self.stop), name="status"))
+        if self.health is not None:
+            await self.health.start()
+        tasks: list[asyncio.Task[None]] = []
         stopper = asyncio.create_task(self.stop.wait(), name="stop")
         try:
+            if self.elector is not None:
+                acquire = asyncio.create_task(self.elector.acquire(), name="acquire")
+                await asyncio.wait([acquire, stopper], return_when=asyncio.FIRST_COMPLETED)
+                if not acquire.done():
+                    acquire.cancel()
+                    return
+                self.service.metrics.leader.set(1)
+                tasks.append(asyncio.create_task(self.elector.hold(), name="lease"))
+            self.outbox.start()
+            tasks.append(asyncio.create_task(self.service.run(), name="scheduler"))
+            if self.status is not None:
+                tasks.append(asyncio.create_task(self.status.run(self.stop), name="status"))
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
-                if t is not stopper and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+                if t is stopper:
+                    continue
+                if t.get_name() == "lease":
+                    raise LostLeadershipError("lost the leader lease; exiting")
+                exc = t.exception()
+                if exc is not None:
+                    raise exc
         finally:
             self.stop.set()
             for t in [*tasks, stopper]:
@@ -58,7 +97,12 @@ class App:
             for t in [*tasks, stopper]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+            self.service.metrics.leader.set(0)
+            if self.elector is not None:
+                await self.elector.release()
             await self.outbox.stop()
+            if self.health is not None:
+                await self.health.stop()
             await self.client.close()
 
 
@@ -70,9 +114,27 @@ async def build_app(settings: Settings) -> App:
     instance = f"{socket.gethostname()}-{os.getpid()}"
     reporter = Reporter(client, outbox, instance)
     binder = Binder(client, core.bind_failed, retries=settings.bind_retries)
-    service = SchedulerService(core, client, binder, reporter)
+    metrics = Metrics()
+    service = SchedulerService(core, client, binder, reporter, metrics)
     status = StatusController(cfg, client) if settings.status_controller else None
-    return App(settings, client, service, outbox, status)
+    identity = settings.identity or instance
+    elector = (
+        LeaderElector(
+            client,
+            settings.lease_namespace,
+            settings.lease_name,
+            identity,
+            lease_duration=settings.lease_duration_seconds,
+            renew_deadline=settings.renew_deadline_seconds,
+            retry_period=settings.retry_period_seconds,
+        )
+        if settings.leader_elect
+        else None
+    )
+    app = App(settings, client, service, outbox, status, elector, None)
+    if settings.http_bind_address:
+        app.health = HealthServer(settings.http_bind_address, metrics.render, app.ready, app.live)
+    return app
 
 
 async def run_scheduler(settings: Settings) -> None:

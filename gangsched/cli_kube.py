@@ -24,6 +24,11 @@ _FLAG_FIELDS = (
     "api_burst",
     "log_format",
     "log_level",
+    "http_bind_address",
+    "identity",
+    "lease_duration_seconds",
+    "renew_deadline_seconds",
+    "retry_period_seconds",
 )
 
 
@@ -33,6 +38,8 @@ def _settings(args: argparse.Namespace) -> Any:
     overrides = {f: getattr(args, f) for f in _FLAG_FIELDS if getattr(args, f, None) is not None}
     if getattr(args, "no_status_controller", False):
         overrides["status_controller"] = False
+    if getattr(args, "leader_elect", False):
+        overrides["leader_elect"] = True
     return load_settings(args.config, overrides)
 
 
@@ -99,6 +106,16 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     r.add_argument("--backoff-initial", dest="backoff_initial_seconds", type=float)
     r.add_argument("--backoff-max", dest="backoff_max_seconds", type=float)
+    r.add_argument("--leader-elect", action="store_true", help="elect a leader on a Lease")
+    r.add_argument("--identity", help="this replica's name in the lease (default: host-pid)")
+    r.add_argument("--lease-duration", dest="lease_duration_seconds", type=float)
+    r.add_argument("--renew-deadline", dest="renew_deadline_seconds", type=float)
+    r.add_argument("--retry-period", dest="retry_period_seconds", type=float)
+    r.add_argument(
+        "--http-bind-address",
+        dest="http_bind_address",
+        help="host:port for /metrics, /healthz and /readyz ('' disables)",
+    )
     r.add_argument(
         "--no-status-controller",
         action="store_true",

@@ -47,7 +47,16 @@ class Settings(BaseModel):
     api_burst: int = Field(100, ge=1)
     max_in_flight: int = Field(32, ge=1, le=1024)
     bind_retries: int = Field(3, ge=0, le=20)
+    # High availability
+    leader_elect: bool = False
+    lease_name: str = Field("gangsched", min_length=1, max_length=253)
+    lease_namespace: str = Field("gangsched-system", min_length=1, max_length=63)
+    lease_duration_seconds: float = Field(15.0, gt=0, le=3600)
+    renew_deadline_seconds: float = Field(10.0, gt=0, le=3600)
+    retry_period_seconds: float = Field(2.0, gt=0, le=3600)
+    identity: str | None = None  # default: hostname and process id
     # Process
+    http_bind_address: str = Field("0.0.0.0:10251", pattern=r"^(|[^:]*:[0-9]{1,5})$")
     status_controller: bool = True
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -56,6 +65,12 @@ class Settings(BaseModel):
     def _check(self) -> Settings:
         if self.backoff_max_seconds < self.backoff_initial_seconds:
             raise ValueError("backoffMaxSeconds must be >= backoffInitialSeconds")
+        if not (
+            self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds
+        ):
+            raise ValueError(
+                "need retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds"
+            )
         unknown = [f for f in self.filters if f not in FILTERS]
         if unknown:
             raise ValueError(f"filters: unknown plugin(s) {unknown}; known: {sorted(FILTERS)}")

@@ -30,10 +30,16 @@ class Gang:
     message: str = ""
     satisfied_once: bool = False
     schedule_start: float | None = None
+    has_bound: bool = False  # some member is or was bound (a hint for queue order)
 
     @property
     def plain(self) -> bool:
         return self.key.startswith(PLAIN_PREFIX)
+
+    @property
+    def part_bound(self) -> bool:
+        """Some members bound, quorum not (yet) reached: finish this gang first."""
+        return self.has_bound and not self.satisfied_once
 
     def timestamp(self) -> float:
         """The queue's time for this gang: the last failure, else its creation."""

@@ -3,7 +3,10 @@
 The unit of the queue is a gang (a plain pod is a gang of one), so a gang's pods are always
 contiguous. Three sets, as in kube-scheduler:
 
-- active: a heap ordered by (higher priority first, gang timestamp, gang key);
+- active: a heap ordered by (gangs part-way bound first, higher priority first, gang
+  timestamp, gang key). A gang with some members bound and fewer than minMember (its binding
+  was interrupted by a crash, or some bindings failed) is completed before anything else can
+  take its capacity: pods cannot be unbound, so what was committed is finished;
 - backoff: gangs that failed and may retry once their backoff expires;
 - unschedulable: gangs parked until an event that could help them. Each parked gang says what
   wakes it: its own events (a member or its PodGroup arrived) or cluster events (capacity freed
@@ -21,7 +24,8 @@ from gangsched.core.clock import Clock
 
 __all__ = ["SchedulingQueue", "SortKey", "Wake"]
 
-SortKey = tuple[int, float, str]  # (-priority, timestamp, gang key)
+# (0 for a gang part-way bound, else 1; -priority; timestamp; gang key)
+SortKey = tuple[int, int, float, str]
 
 
 class Wake(enum.Enum):

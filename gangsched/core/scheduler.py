@@ -122,6 +122,8 @@ class Scheduler:
         gang = self._gang(key, pod)
         new_member = pod.uid not in gang.members
         gang.members.add(pod.uid)
+        if pod.node_name and not pod.terminal:
+            gang.has_bound = True
         if pod.node_name:
             wg = self.permit.get(key)
             if wg is not None and pod.uid in wg.reserved and wg.reserved[pod.uid] != pod.node_name:
@@ -341,7 +343,7 @@ class Scheduler:
     def _sort_key(self, gang: Gang) -> SortKey:
         pods = self.cache.pods
         prio = max((pods[u].priority for u in gang.members if u in pods), default=0)
-        return (-prio, gang.timestamp(), gang.key)
+        return (0 if gang.part_bound else 1, -prio, gang.timestamp(), gang.key)
 
     def _timeout(self, spec: GangSpec | None) -> float:
         cfg = self.config

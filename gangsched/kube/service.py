@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,13 +22,16 @@ from gangsched.core.decisions import (
     Decision,
     GangTimedOut,
     GangUnschedulable,
+    GangWaiting,
 )
 from gangsched.core.model import GangSpec
+from gangsched.core.resources import GPU
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
 from gangsched.kube.binder import Binder
 from gangsched.kube.client import JSON, KubeClient
 from gangsched.kube.membership import Source
+from gangsched.kube.metrics import Metrics
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.translate import (
@@ -41,6 +45,8 @@ from gangsched.kube.translate import (
 __all__ = ["SchedulerService", "ServiceStats"]
 
 log = structlog.get_logger("gangsched.service")
+
+MAX_IDLE = 5.0  # the loop turns at least this often, so /healthz can tell it is alive
 
 # Where each PodGroup convention's objects live, in precedence order.
 CRD_SOURCES = (
@@ -75,6 +81,7 @@ class SchedulerService:
         client: KubeClient,
         binder: Binder,
         reporter: Reporter,
+        metrics: Metrics | None = None,
         *,
         yield_every: int = 16,
     ) -> None:
@@ -91,6 +98,8 @@ class SchedulerService:
         self._applied: dict[str, GangSpec] = {}
         self._known: dict[str, set[str]] = {"nodes": set(), "pods": set()}
         self.stats = ServiceStats()
+        self.metrics = metrics or Metrics()
+        self.last_turn = time.monotonic()
         self.reflectors = [
             Reflector(client, "/api/v1/nodes", self._on_node, name="nodes"),
             Reflector(client, "/api/v1/pods", self._on_pod, name="pods"),
@@ -100,6 +109,7 @@ class SchedulerService:
             ),
         ]
         self.ready = asyncio.Event()
+        self._relists_seen: dict[str, int] = {}
 
     # ---- running -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -133,17 +143,56 @@ class SchedulerService:
         core = self.core
         while True:
             n = 0
-            while (decisions := core.schedule_one()) is not None:
+            while True:
+                t0 = time.perf_counter()
+                decisions = core.schedule_one()
+                if decisions is None:
+                    break
+                self._observe(decisions, time.perf_counter() - t0)
                 self.stats.cycles += 1
                 self._handle(decisions)
                 n += 1
                 if n % self._yield_every == 0:
                     await asyncio.sleep(0)
+            self._gauges()
+            self.last_turn = time.monotonic()
             wake_at = core.next_wakeup()
-            timeout = None if wake_at is None else max(0.0, wake_at - core.clock.now()) + 0.001
+            timeout = MAX_IDLE if wake_at is None else max(0.0, wake_at - core.clock.now())
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
+                await asyncio.wait_for(self._wake.wait(), min(timeout, MAX_IDLE) + 0.001)
+
+    def _observe(self, decisions: list[Decision], seconds: float) -> None:
+        m = self.metrics
+        result = ""
+        for d in decisions:
+            if isinstance(d, BindGang):
+                result = "scheduled"
+                gang = self.core.gangs.get(d.gang)
+                if gang is not None and gang.schedule_start is not None:
+                    m.e2e_duration.observe(max(0.0, self.core.clock.now() - gang.schedule_start))
+            elif isinstance(d, GangWaiting):
+                result = result or "waiting"
+            elif isinstance(d, GangUnschedulable):
+                result = result or ("unschedulable" if d.reason == "Unschedulable" else "pending")
+            elif isinstance(d, GangTimedOut):
+                m.permit_timeouts.inc()
+        if result:
+            m.attempts.labels(result).inc()
+            m.attempt_duration.labels(result).observe(seconds)
+
+    def _gauges(self) -> None:
+        m, core = self.metrics, self.core
+        for queue, n in core.queue.counts().items():
+            m.pending_gangs.labels(queue).set(n)
+        m.permit_waiting.set(len(core.permit))
+        m.gpus.labels("total").set(core.cache.total_allocatable.get(GPU, 0))
+        m.gpus.labels("allocated").set(core.cache.total_requested.get(GPU, 0))
+        for r in self.reflectors:
+            seen = self._relists_seen.get(r.name, 0)
+            if r.relists > seen:
+                m.relists.labels(r.name).inc(r.relists - seen)
+                self._relists_seen[r.name] = r.relists
 
     def poke(self) -> None:
         self._wake.set()
@@ -278,6 +327,7 @@ class SchedulerService:
     async def _bind(self, d: BindGang) -> None:
         results = await self.binder.bind_gang(d)
         for r in results:
+            self.metrics.bindings.labels("success" if r.ok else "error").inc()
             if r.ok:
                 self.reporter.scheduled(r.binding.pod, r.binding.node)
             else:

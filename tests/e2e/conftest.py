@@ -8,8 +8,10 @@ pods select those nodes, so tests never compete for each other's capacity.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,10 +53,23 @@ def control_plane() -> Iterator[ControlPlane]:
         cp.stop()
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 class SchedulerProcess:
-    def __init__(self, cp: ControlPlane, log: Path, *extra: str) -> None:
+    """``gangsched run`` as a real process, with its own /metrics port."""
+
+    def __init__(
+        self, cp: ControlPlane, log: Path, *extra: str, env: dict[str, str] | None = None
+    ) -> None:
         self.cp = cp
         self.log = log
+        self.port = free_port()
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.args = [
             sys.executable,
             "-m",
@@ -68,6 +83,8 @@ class SchedulerProcess:
             "0.5",
             "--backoff-max",
             "2",
+            "--http-bind-address",
+            f"127.0.0.1:{self.port}",
             *extra,
         ]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -79,10 +96,22 @@ class SchedulerProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=self.env,
                 cwd=str(REPO),
             )
         return self
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with no chance to clean up."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text: str = resp.read().decode()
+            return text
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -1,0 +1,77 @@
+"""Prometheus metrics, named in kube-scheduler's style. The core stays free of them: the
+service measures around the core's calls and counts its decisions."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["Metrics"]
+
+_LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_E2E = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.attempts = Counter(
+            "scheduler_podgroup_schedule_attempts_total",
+            "Gang scheduling attempts, by result.",
+            ["result"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "scheduler_podgroup_scheduling_attempt_duration_seconds",
+            "Time spent in one gang scheduling cycle, by result.",
+            ["result"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.e2e_duration = Histogram(
+            "scheduler_podgroup_e2e_scheduling_duration_seconds",
+            "From a gang's first attempt to its bind decision.",
+            buckets=_E2E,
+            registry=r,
+        )
+        self.pending_gangs = Gauge(
+            "scheduler_pending_podgroups",
+            "Gangs waiting to be scheduled, by queue.",
+            ["queue"],
+            registry=r,
+        )
+        self.permit_waiting = Gauge(
+            "scheduler_podgroup_permit_waiting",
+            "Gangs holding reservations at Permit.",
+            registry=r,
+        )
+        self.permit_timeouts = Counter(
+            "scheduler_podgroup_permit_timeouts_total",
+            "Gangs whose Permit deadline passed; everything they held was released.",
+            registry=r,
+        )
+        self.bindings = Counter(
+            "scheduler_bindings_total", "Pod bindings, by result.", ["result"], registry=r
+        )
+        self.gpus = Gauge(
+            "gangsched_gpus",
+            "nvidia.com/gpu in schedulable nodes, allocated (bound or reserved) and total.",
+            ["state"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "gangsched_leader", "1 while this replica holds the leader lease.", registry=r
+        )
+        self.relists = Counter(
+            "gangsched_watch_relists_total",
+            "Full lists after a watch expired.",
+            ["resource"],
+            registry=r,
+        )
+        self.writes_dropped = Counter(
+            "gangsched_api_writes_dropped_total",
+            "Events or status writes dropped because the API server could not keep up.",
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
