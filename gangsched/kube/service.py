@@ -94,6 +94,7 @@ class SchedulerService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._crd_specs: dict[str, dict[str, GangSpec]] = {s: {} for s, _, _ in CRD_SOURCES}
         self._implicit: dict[str, GangSpec] = {}
+        self._declarers: dict[str, str] = {}  # gang -> uid of the pod whose declaration stands
         self._gang_source: dict[str, str] = {}
         self._applied: dict[str, GangSpec] = {}
         self._known: dict[str, set[str]] = {"nodes": set(), "pods": set()}
@@ -248,11 +249,32 @@ class SchedulerService:
         if pod.scheduler_name == self.core.config.scheduler_name and membership.key:
             self._gang_source.setdefault(membership.key, membership.source)
             if membership.implicit is not None:
-                self._implicit[membership.key] = membership.implicit
+                disagreement = self._declare(membership.key, pod.uid, membership.implicit)
+                if disagreement:
+                    pod.invalid_reason = disagreement
             self._apply_spec(membership.key)
         self.core.pod_upsert(pod)
         if membership.key:
             self._report_group(membership.key)
+
+    def _declare(self, key: str, uid: str, spec: GangSpec) -> str:
+        """Record a pod's own declaration of its gang. The first declaration stands; a pod
+        that declares the same gang differently is refused (it gets an event and waits)."""
+        first = self._implicit.get(key)
+        declarer = self._declarers.get(key)
+        if first is None or declarer == uid or declarer not in self._known["pods"]:
+            self._implicit[key] = spec
+            self._declarers[key] = uid
+            return ""
+        ours = (spec.min_member, spec.mode, spec.timeout_seconds, spec.gang_group)
+        theirs = (first.min_member, first.mode, first.timeout_seconds, first.gang_group)
+        if ours == theirs:
+            return ""
+        return (
+            f"declares gang {key} differently from its other members "
+            f"(minMember {spec.min_member} vs {first.min_member}, mode {spec.mode} vs "
+            f"{first.mode}, timeout {spec.timeout_seconds} vs {first.timeout_seconds})"
+        )
 
     def _delete_pod(self, uid: str) -> None:
         self._known["pods"].discard(uid)
