@@ -184,5 +184,10 @@ class Reporter:
 
         self._outbox.put("podgroup-status", write)
 
+    @property
+    def dropped(self) -> int:
+        """Writes the outbox dropped because the API server could not keep up."""
+        return self._outbox.dropped
+
     def forget_group(self, key: str) -> None:
         self._group_status.pop(key, None)

@@ -111,6 +111,7 @@ class SchedulerService:
         ]
         self.ready = asyncio.Event()
         self._relists_seen: dict[str, int] = {}
+        self._dropped_seen = 0
 
     # ---- running -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -189,6 +190,10 @@ class SchedulerService:
         m.permit_waiting.set(len(core.permit))
         m.gpus.labels("total").set(core.cache.total_allocatable.get(GPU, 0))
         m.gpus.labels("allocated").set(core.cache.total_requested.get(GPU, 0))
+        dropped = self.reporter.dropped
+        if dropped > self._dropped_seen:
+            m.writes_dropped.inc(dropped - self._dropped_seen)
+            self._dropped_seen = dropped
         for r in self.reflectors:
             seen = self._relists_seen.get(r.name, 0)
             if r.relists > seen:
