@@ -21,10 +21,10 @@ from gangsched.core.gang import Gang, Holdings, shortfall
 from gangsched.core.model import GangMode, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.queue import Wake
-from gangsched.core.resources import ResourceList, add_into, format_amount
+from gangsched.core.resources import ResourceList, format_amount
 from gangsched.core.snapshot import CycleSnapshot
 
-__all__ = ["Attempt", "GangCycle"]
+__all__ = ["Attempt", "GangCycle", "least_requests", "shortage"]
 
 # Orders a gang's pending members before placement (task topology plugs in here).
 MemberOrder = Callable[[Gang, Sequence[Pod]], Sequence[Pod]]
@@ -128,28 +128,51 @@ class GangCycle:
         )
 
     def _prefilter(self, gang: Gang, h: Holdings, need: int) -> str:
-        """Do the ``need`` smallest pending members (and minResources) fit in the cluster's
+        """Could the ``need`` members still missing (and minResources) fit in the cluster's
         free totals? Returns the shortage, or '' when they might."""
         spec = gang.spec
         assert spec is not None
-        wanted: ResourceList = {}
-        cheapest = sorted(h.pending, key=lambda p: (sum(p.requests.values()), p.name))[:need]
-        for pod in cheapest:
-            add_into(wanted, pod.requests)
+        wanted = least_requests(h.pending, need)
         if h.held == 0:
             for k, v in spec.min_resources.items():
                 if v > wanted.get(k, 0):
                     wanted[k] = v
-        cache = self._cache
-        for res, amount in wanted.items():
-            free = cache.cluster_free(res)
-            if amount > free:
-                return (
-                    f"needs {format_amount(res, amount)} {res} for {need} more member(s) "
-                    f"(minMember {spec.min_member}); {format_amount(res, max(free, 0))} free "
-                    f"in schedulable nodes"
-                )
-        return ""
+        short = shortage(self._cache, wanted, {})
+        if not short:
+            return ""
+        res, amount, free = short
+        return (
+            f"needs {format_amount(res, amount)} {res} for {need} more member(s) "
+            f"(minMember {spec.min_member}); {format_amount(res, max(free, 0))} free "
+            f"in schedulable nodes"
+        )
+
+
+def least_requests(pods: Sequence[Pod], count: int) -> ResourceList:
+    """A lower bound on what any ``count`` of ``pods`` request together: per resource, the
+    sum of the ``count`` smallest requests of that resource."""
+    if count <= 0:
+        return {}
+    names = {k for p in pods for k in p.requests}
+    out: ResourceList = {}
+    for name in names:
+        amounts = sorted(p.requests.get(name, 0) for p in pods)[:count]
+        total = sum(amounts)
+        if total:
+            out[name] = total
+    return out
+
+
+def shortage(
+    cache: ClusterCache, wanted: ResourceList, reusable: ResourceList
+) -> tuple[str, int, int] | None:
+    """The first resource for which ``wanted`` exceeds the cluster's free total (plus what the
+    asker already holds and may reuse): (resource, wanted, free), or None."""
+    for res, amount in wanted.items():
+        free = cache.cluster_free(res) + reusable.get(res, 0)
+        if amount > free:
+            return res, amount, free
+    return None
 
 
 def _members_message(min_member: int, h: Holdings, roles: bool) -> str:

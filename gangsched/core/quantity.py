@@ -50,7 +50,10 @@ def _shown(value: object) -> str:
     """A bounded repr for messages (a huge int cannot even be printed)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"<integer of {value.bit_length()} bits>"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # a container holding an integer too long to print
+        return f"<unprintable {type(value).__name__}>"
     return text if len(text) <= _MAX_LENGTH + 2 else text[:_MAX_LENGTH] + "...'"
 
 

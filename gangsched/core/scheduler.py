@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
 from gangsched.core.config import CoreConfig
-from gangsched.core.cycle import Attempt, GangCycle, MemberOrder
+from gangsched.core.cycle import Attempt, GangCycle, MemberOrder, least_requests, shortage
 from gangsched.core.decisions import (
     BindGang,
     Binding,
@@ -34,6 +34,7 @@ from gangsched.core.permit import PermitMap
 from gangsched.core.plugins.task_topology import bucket_order
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
+from gangsched.core.resources import ResourceList, add_into, format_amount
 
 __all__ = ["GangView", "Scheduler"]
 
@@ -124,6 +125,8 @@ class Scheduler:
         gang.members.add(pod.uid)
         if pod.node_name and not pod.terminal:
             gang.has_bound = True
+            if not gang.satisfied_once and (old is None or not old.node_name):
+                self._note_bound(gang)
         if pod.node_name:
             wg = self.permit.get(key)
             if wg is not None and pod.uid in wg.reserved and wg.reserved[pod.uid] != pod.node_name:
@@ -221,12 +224,11 @@ class Scheduler:
             return out
         if gang.schedule_start is None:
             gang.schedule_start = self.clock.now()
-        blocked = self._siblings_waiting(gang)
+        reason, blocked = self._siblings_waiting(gang)
         if blocked:
-            self._fail(gang, "WaitingForMembers", blocked, Wake.GANG)
-            out.append(
-                GangUnschedulable(key, tuple(_ref(p) for p in h.pending), gang.reason, blocked)
-            )
+            wake = Wake.GANG if reason == "WaitingForMembers" else Wake.CLUSTER
+            self._fail(gang, reason, blocked, wake)
+            out.append(GangUnschedulable(key, tuple(_ref(p) for p in h.pending), reason, blocked))
             return out
         attempt = self.cycle.run(gang, h)
         if attempt.failed:
@@ -317,22 +319,53 @@ class Scheduler:
         siblings = gang.spec.gang_group if gang.spec is not None else ()
         return (gang.key, *(s for s in siblings if s != gang.key))
 
-    def _siblings_waiting(self, gang: Gang) -> str:
-        """Why a gang group cannot complete yet, or '' when every sibling could."""
+    def _siblings_waiting(self, gang: Gang) -> tuple[str, str]:
+        """Why a gang group cannot complete yet: (reason, message), or ('', '') when it
+        might. Every sibling must exist with enough members, and what the whole group still
+        needs must fit in the cluster's free totals (plus what the group already reserved),
+        so members of a group that can never fit together do not take turns holding
+        reservations."""
+        spec = gang.spec
+        if spec is None or not spec.gang_group:
+            return "", ""
+        wanted: ResourceList = {}
+        reusable: ResourceList = {}
+        for key in spec.gang_group:
+            member = self.gangs.get(key)
+            if member is None or member.spec is None:
+                return "WaitingForMembers", f"gang group member {key} does not exist yet"
+            h = holdings(member, self.cache)
+            need, roles = shortfall(member.spec, h.held, h.held_by_role, member.satisfied_once)
+            if (need or roles) and h.live < member.spec.min_member:
+                return "WaitingForMembers", (
+                    f"gang group member {key} has {h.live} of {member.spec.min_member} members"
+                )
+            add_into(wanted, least_requests(h.pending, need))
+            wg = self.permit.get(key)
+            if wg is not None:
+                for uid in wg.reserved:
+                    pod = self.cache.pods.get(uid)
+                    if pod is not None:
+                        add_into(reusable, pod.requests)
+        short = shortage(self.cache, wanted, reusable)
+        if short is None:
+            return "", ""
+        res, amount, free = short
+        return "Unschedulable", (
+            f"gang group {', '.join(spec.gang_group)} needs {format_amount(res, amount)} {res} "
+            f"together; {format_amount(res, max(free, 0))} free in schedulable nodes"
+        )
+
+    def _note_bound(self, gang: Gang) -> None:
+        """A member was bound: has the gang now been satisfied (once)?"""
         spec = gang.spec
         if spec is None:
-            return ""
-        for key in spec.gang_group:
-            if key == gang.key:
-                continue
-            sibling = self.gangs.get(key)
-            if sibling is None or sibling.spec is None:
-                return f"gang group member {key} does not exist yet"
-            h = holdings(sibling, self.cache)
-            need, roles = shortfall(sibling.spec, h.held, h.held_by_role, sibling.satisfied_once)
-            if (need or roles) and h.live < sibling.spec.min_member:
-                return f"gang group member {key} has {h.live} of {sibling.spec.min_member} members"
-        return ""
+            return
+        h = holdings(gang, self.cache)
+        if h.bound + h.succeeded >= spec.min_member and all(
+            h.held_by_role[r.name] >= r.min_member for r in spec.roles
+        ):
+            gang.satisfied_once = True
 
     def _has_pending(self, gang: Gang) -> bool:
         pods = self.cache.pods

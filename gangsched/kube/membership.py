@@ -137,7 +137,7 @@ def _koordinator(
     if raw := ann.get(lbl.KOORD_GROUPS):
         try:
             names = json.loads(raw)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise ValueError(f"{lbl.KOORD_GROUPS} must be a JSON list of gang names") from None
         if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
             raise ValueError(f"{lbl.KOORD_GROUPS} must be a JSON list of gang names")

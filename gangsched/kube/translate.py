@@ -7,7 +7,7 @@ PodGroup that cannot be understood becomes a GangSpec with ``invalid_reason`` se
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -84,7 +84,7 @@ def _str_map(obj: object, field: str) -> dict[str, str]:
 
 
 # ---- nodes ---------------------------------------------------------------------------------
-def node_from(obj: Obj) -> Node:
+def _node_from(obj: Obj) -> Node:
     meta = _map(obj.get("metadata"), "metadata")
     name = str(meta.get("name", ""))
     spec = _map(obj.get("spec"), "spec")
@@ -110,7 +110,7 @@ def node_from(obj: Obj) -> Node:
         alloc,
         labels=_str_map(meta.get("labels"), "metadata.labels"),
         taints=taints,
-        unschedulable=bool(spec.get("unschedulable", False)),
+        unschedulable=spec.get("unschedulable") is True,
         ready=ready,
     )
 
@@ -139,6 +139,14 @@ def _term(t: object, field: str) -> AffinityTerm:
     )
 
 
+def _preferred(p: object, field: str) -> PreferredTerm:
+    p = _map(p, field)
+    weight = p.get("weight", 0)
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+        raise SpecError(f"{field}.weight: must be an integer from 1 to 100, got {weight!r}")
+    return PreferredTerm(weight, _term(p.get("preference"), f"{field}.preference"))
+
+
 def _placement(spec: Obj) -> Placement:
     na = _map(_map(spec.get("affinity"), "spec.affinity").get("nodeAffinity"), "nodeAffinity")
     req = na.get("requiredDuringSchedulingIgnoredDuringExecution")
@@ -147,8 +155,10 @@ def _placement(spec: Obj) -> Placement:
         terms = _list(_map(req, "required").get("nodeSelectorTerms"), "nodeSelectorTerms")
         required = tuple(_term(t, f"nodeSelectorTerms[{i}]") for i, t in enumerate(terms))
     preferred = tuple(
-        PreferredTerm(int(_map(p, "preferred").get("weight", 0)), _term(p.get("preference"), "p"))
-        for p in _list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), "preferred")
+        _preferred(p, f"preferredDuringSchedulingIgnoredDuringExecution[{i}]")
+        for i, p in enumerate(
+            _list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), "preferred")
+        )
     )
     tolerations = tuple(
         Toleration(
@@ -198,8 +208,7 @@ def _requests(spec: Obj) -> ResourceList:
     )
 
 
-def pod_from(obj: Obj) -> tuple[Pod, Membership]:
-    """The core's Pod and what the pod says about its gang."""
+def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
     meta = _map(obj.get("metadata"), "metadata")
     spec = _map(obj.get("spec"), "spec")
     status = _map(obj.get("status"), "status")
@@ -251,8 +260,7 @@ def _int(v: object, field: str, minimum: int = 0) -> int:
     return v
 
 
-def podgroup_from(obj: Obj) -> GangSpec:
-    """A gangsched.io/v1alpha1 PodGroup as a GangSpec (``invalid_reason`` set when bad)."""
+def _podgroup_from(obj: Obj) -> GangSpec:
     meta = _map(obj.get("metadata"), "metadata")
     ns = str(meta.get("namespace", "default"))
     key = f"{ns}/{meta.get('name', '')}"
@@ -274,6 +282,8 @@ def podgroup_from(obj: Obj) -> GangSpec:
             for g in (str(x) for x in _list(spec.get("gangGroup"), "spec.gangGroup"))
         )
         once = str(spec.get("onceSatisfied", "Independent"))
+        if once not in ("Independent", "Gang"):
+            raise SpecError(f"spec.onceSatisfied: must be Independent or Gang, got {once!r}")
         return GangSpec(
             key=key,
             min_member=min_member,
@@ -303,18 +313,15 @@ def podgroup_from(obj: Obj) -> GangSpec:
         return GangSpec(key=key, created=created, invalid_reason=str(e))
 
 
-def xk8s_podgroup_from(obj: Obj) -> GangSpec:
-    """A scheduler-plugins ``scheduling.x-k8s.io/v1alpha1`` PodGroup."""
+def _xk8s_podgroup_from(obj: Obj) -> GangSpec:
     spec = dict(_map(obj.get("spec"), "spec"))
     keep = {
         k: spec[k] for k in ("minMember", "minResources", "scheduleTimeoutSeconds") if k in spec
     }
-    return podgroup_from({"metadata": obj.get("metadata"), "spec": keep})
+    return _podgroup_from({"metadata": obj.get("metadata"), "spec": keep})
 
 
-def volcano_podgroup_from(obj: Obj) -> GangSpec:
-    """A Volcano ``scheduling.volcano.sh/v1beta1`` PodGroup: minMember and minTaskMember
-    (per-task minimums, which become roles)."""
+def _volcano_podgroup_from(obj: Obj) -> GangSpec:
     spec = _map(obj.get("spec"), "spec")
     roles = [
         {"name": str(k), "minMember": v}
@@ -325,4 +332,92 @@ def volcano_podgroup_from(obj: Obj) -> GangSpec:
         body["minResources"] = spec["minResources"]
     if roles:
         body["roles"] = roles
-    return podgroup_from({"metadata": obj.get("metadata"), "spec": body})
+    return _podgroup_from({"metadata": obj.get("metadata"), "spec": body})
+
+
+# ---- the public translators: total functions ------------------------------------------------
+def _text(v: object, default: str) -> str:
+    if isinstance(v, str):
+        return v
+    if v is None or isinstance(v, bool):
+        return default
+    if isinstance(v, int) and v.bit_length() > 64:
+        return default
+    if isinstance(v, int | float):
+        return str(v)
+    return default
+
+
+def _identity(obj: object) -> tuple[str, str, str, float]:
+    """(namespace, name, uid, creation) read as safely as possible from a broken object."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        meta = {}
+    ns = _text(meta.get("namespace"), "default")
+    name = _text(meta.get("name"), "")
+    uid = _text(meta.get("uid"), "") or f"{ns}/{name}"
+    return ns, name, uid, timestamp(meta.get("creationTimestamp"))
+
+
+def _broken(e: BaseException) -> str:
+    try:
+        detail = str(e)
+    except ValueError:
+        detail = ""
+    return f"unreadable object ({type(e).__name__}{': ' + detail[:300] if detail else ''})"
+
+
+def node_from(obj: Obj) -> Node:
+    """A Node; one that cannot be read is never a candidate (ready=False, nothing allocatable)."""
+    try:
+        return _node_from(obj)
+    except Exception:
+        _, name, _, _ = _identity(obj)
+        return Node(name, {}, ready=False)
+
+
+def pod_from(obj: Obj) -> tuple[Pod, Membership]:
+    """The core's Pod and what the pod says about its gang. Never raises: a pod that cannot be
+    read is returned with ``invalid_reason`` set, accounted where it runs but never scheduled."""
+    try:
+        return _pod_from(obj)
+    except Exception as e:
+        ns, name, uid, created = _identity(obj)
+        spec = obj.get("spec") if isinstance(obj, Mapping) else None
+        node = _text(spec.get("nodeName"), "") if isinstance(spec, Mapping) else ""
+        sched = _text(spec.get("schedulerName"), "") if isinstance(spec, Mapping) else ""
+        pod = Pod(
+            uid,
+            ns,
+            name,
+            {"pods": 1},
+            created=created,
+            scheduler_name=sched or "default-scheduler",
+            node_name=node,
+            invalid_reason=_broken(e),
+        )
+        return pod, Membership(error=pod.invalid_reason)
+
+
+def _spec_guard(parse: Callable[[Obj], GangSpec], obj: Obj) -> GangSpec:
+    try:
+        return parse(obj)
+    except Exception as e:
+        ns, name, _, created = _identity(obj)
+        return GangSpec(key=f"{ns}/{name}", created=created, invalid_reason=_broken(e))
+
+
+def podgroup_from(obj: Obj) -> GangSpec:
+    """A gangsched.io/v1alpha1 PodGroup as a GangSpec (``invalid_reason`` set when bad)."""
+    return _spec_guard(_podgroup_from, obj)
+
+
+def xk8s_podgroup_from(obj: Obj) -> GangSpec:
+    """A scheduler-plugins ``scheduling.x-k8s.io/v1alpha1`` PodGroup."""
+    return _spec_guard(_xk8s_podgroup_from, obj)
+
+
+def volcano_podgroup_from(obj: Obj) -> GangSpec:
+    """A Volcano ``scheduling.volcano.sh/v1beta1`` PodGroup: minMember and minTaskMember
+    (per-task minimums, which become roles)."""
+    return _spec_guard(_volcano_podgroup_from, obj)

@@ -79,7 +79,14 @@ class Simulation:
                 self.pods[p.uid] = p
                 self.job_of[p.uid] = j
         horizon = 0.0
-        quiet = 2 * self.config.backoff_max_seconds + 1.0
+        # With no arrivals or completions left, stop once nothing has been bound for longer
+        # than any backoff plus any Permit timeout: nothing can change after that.
+        timeouts = [self.config.default_schedule_timeout_seconds] + [
+            j.spec.timeout_seconds for j in self.jobs if j.spec and j.spec.timeout_seconds
+        ]
+        if self.config.schedule_timeout_override_seconds is not None:
+            timeouts = [self.config.schedule_timeout_override_seconds]
+        quiet = 2 * self.config.backoff_max_seconds + max(timeouts) + 1.0
         idle_gpu = 0.0
         gpu_seconds = 0.0
         last_t = 0.0
@@ -87,7 +94,7 @@ class Simulation:
             t_event = self._events[0][0] if self._events else None
             t_wake = self.scheduler.next_wakeup()
             if t_event is None:
-                if t_wake is None or (t_wake > horizon and len(self.scheduler.permit) == 0):
+                if t_wake is None or t_wake > horizon:
                     break
                 t = t_wake
             else:

@@ -85,7 +85,11 @@ def build_jobs(w: Workload, base: Path, cluster_gpus: int = 0) -> list[SimJob]:
             created=g.arrival,
             mode=GangMode(g.mode),
             roles=tuple(RoleSpec(r, m) for r, m in sorted(g.roles.items())),
-            gang_group=tuple(g.gang_group),
+            gang_group=tuple(
+                sorted({key, *(x if "/" in x else f"{g.namespace}/{x}" for x in g.gang_group)})
+            )
+            if g.gang_group
+            else (),
             topology=TopologySpec(
                 affinity=tuple(tuple(x) for x in g.topology.get("affinity", [])),
                 anti_affinity=tuple(tuple(x) for x in g.topology.get("antiAffinity", [])),

@@ -149,13 +149,13 @@ def test_gang_group_waits_at_permit_and_releases_at_deadline(
     """A gang whose gang-group sibling never reaches quorum holds its reservations only until
     its deadline; then everything is released and its pods are marked as timed out."""
     cp = control_plane
-    sel = nodes(1, gpus=2)
+    sel = nodes(4, gpus=2)  # 8 GPUs: the group's 2 + 6 fit the totals, not the nodes
     create(cp, podgroup("left", ns, 2, timeout=3, gangGroup=["left", "right"]))
     create(cp, podgroup("right", ns, 2, timeout=3, gangGroup=["left", "right"]))
     for i in range(2):
         create(cp, pod(f"left-{i}", ns, group="left", selector=sel))
     for i in range(2):  # right has its members, but each asks for more GPUs than any node has
-        create(cp, pod(f"right-{i}", ns, group="right", selector=sel, gpus=4))
+        create(cp, pod(f"right-{i}", ns, group="right", selector=sel, gpus=3))
 
     def left_waiting() -> bool:
         pg = get_pg(cp, ns, "left")

@@ -1,0 +1,1117 @@
+"""Fuzzing the Kubernetes → core translation (gangsched.kube.translate).
+
+Two families of properties:
+
+- Hostile input. Random JSON-like values (None, booleans, integers including ones too large
+  to print, floats including nan and infinities, text, lists, objects) are plugged in at random
+  places of otherwise valid Pod / Node / PodGroup objects, or make up whole random objects.
+  ``node_from``, ``pod_from``, ``podgroup_from``, ``xk8s_podgroup_from`` and
+  ``volcano_podgroup_from`` never raise, and what they return is well-formed:
+
+  * a Pod's ``requests`` is always a dict of non-empty resource name to positive int (zeros are
+    dropped) with ``pods >= 1``, and exactly 1 unless the object itself mentions a ``pods``
+    resource; a gang error from the labels is part of ``invalid_reason``; a valid Pod has a
+    hashable, well-typed Placement and an int priority;
+  * a Node is ready only if its last Ready condition says "True" and every allocatable entry was
+    read; its allocatable is a dict of str to non-negative int;
+  * a GangSpec either has ``invalid_reason`` set or has well-typed fields (min_member >= 1, a
+    positive finite timeout or None, roles with minimums >= 0, a sorted gang group containing
+    the gang itself); the scheduler-plugins and Volcano flavours never carry fields their APIs
+    do not have.
+
+- Valid input. Objects built only from valid parts (quantities drawn from the Kubernetes
+  grammar, with their exact value computed alongside) translate with no ``invalid_reason``, and
+  every field equals an independent computation, the pod's effective request included.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import copy
+import math
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any
+
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from gangsched.core.model import (
+    AffinityTerm,
+    GangMode,
+    GangSpec,
+    Node,
+    NodeAffinity,
+    Placement,
+    Pod,
+    PodPhase,
+    PreferredTerm,
+    Requirement,
+    RoleSpec,
+    Taint,
+    Toleration,
+    TopologySpec,
+)
+from gangsched.kube import labels as lbl
+from gangsched.kube.membership import Membership
+from gangsched.kube.translate import (
+    node_from,
+    pod_from,
+    podgroup_from,
+    volcano_podgroup_from,
+    xk8s_podgroup_from,
+)
+
+# One bug per test is reported (and shrunk): several distinct ones would make a failing run
+# shrink each of them, far over this file's time budget.
+FUZZ = settings(
+    max_examples=300,
+    deadline=None,
+    report_multiple_bugs=False,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+        HealthCheck.large_base_example,
+    ],
+)
+VALID = settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+MAX_AMOUNT = 2**62  # the largest amount the translator accepts for one resource
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+Obj = dict[str, Any]
+
+
+# ---- random JSON-like values --------------------------------------------------------------
+
+# Every field name the translator reads, so random objects and added keys hit real fields.
+FIELD_NAMES = [
+    "metadata",
+    "spec",
+    "status",
+    "name",
+    "namespace",
+    "uid",
+    "labels",
+    "annotations",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "containers",
+    "initContainers",
+    "resources",
+    "requests",
+    "limits",
+    "overhead",
+    "restartPolicy",
+    "priority",
+    "schedulerName",
+    "nodeName",
+    "nodeSelector",
+    "affinity",
+    "nodeAffinity",
+    "requiredDuringSchedulingIgnoredDuringExecution",
+    "preferredDuringSchedulingIgnoredDuringExecution",
+    "nodeSelectorTerms",
+    "matchExpressions",
+    "matchFields",
+    "key",
+    "operator",
+    "values",
+    "value",
+    "weight",
+    "preference",
+    "tolerations",
+    "effect",
+    "phase",
+    "conditions",
+    "type",
+    "allocatable",
+    "capacity",
+    "taints",
+    "unschedulable",
+    "minMember",
+    "minResources",
+    "scheduleTimeoutSeconds",
+    "mode",
+    "roles",
+    "gangGroup",
+    "topology",
+    "antiAffinity",
+    "onceSatisfied",
+    "minTaskMember",
+    "cpu",
+    "memory",
+    "pods",
+    "nvidia.com/gpu",
+    "hugepages-2Mi",
+    lbl.POD_GROUP_LABEL,
+    lbl.ROLE_LABEL,
+    lbl.XK8S_POD_GROUP_LABEL,
+    lbl.GROUP_NAME_ANNOTATION,
+    lbl.GROUP_POD_NUM_ANNOTATION,
+    lbl.VOLCANO_TASK_SPEC_ANNOTATION,
+    lbl.POD_GROUP_NAME_LABEL,
+    lbl.POD_GROUP_MIN_LABEL,
+    lbl.KOORD_NAME,
+    lbl.KOORD_MIN,
+    lbl.KOORD_WAITING,
+    lbl.KOORD_TOTAL,
+    lbl.KOORD_MODE,
+    lbl.KOORD_GROUPS,
+]
+INTERESTING_TEXT = [
+    "",
+    " ",
+    "0",
+    "1",
+    "-1",
+    "3",
+    "1.5",
+    "12Qi",
+    "0.5",
+    "500m",
+    "1Gi",
+    "-1Gi",
+    "1e400",
+    "1e30",
+    "10E",
+    "nan",
+    "inf",
+    "True",
+    "False",
+    "Unknown",
+    "Ready",
+    "Always",
+    "In",
+    "Exists",
+    "Gt",
+    "Strict",
+    "NonStrict",
+    "Gang",
+    "Independent",
+    "Running",
+    "default/x",
+    "600s",
+    "1h30m",
+    "[]",
+    '["a"]',
+    "[[",
+    "{}",
+    "2024-05-01T12:00:00Z",
+    "9999-12-31T23:59:59-23:59",
+    "0001-01-01T00:00:00+23:59",
+    "0001-01-01T00:00:00",
+]
+HUGE_INTS = [2**62 + 1, 2**63, -(2**63) - 1, 10**30, 10**400]
+# Integers with more digits than Python will print (built lazily: the strategy's own repr
+# must stay printable).
+unprintable_ints = st.sampled_from([4400, 5000]).map(lambda d: 10**d) | st.sampled_from([4400]).map(
+    lambda d: -(10**d)
+)
+
+keys = st.sampled_from(FIELD_NAMES) | st.text(max_size=8)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from(HUGE_INTS)
+    | unprintable_ints
+    | st.floats()
+    | st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0, 0.5])
+    | st.text(max_size=12)
+    | st.sampled_from(INTERESTING_TEXT)
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(keys, children, max_size=4),
+    max_leaves=12,
+)
+
+
+# Values most likely to trip a translator, drawn as often as all other values together.
+special_values = (
+    st.sampled_from(
+        [None, math.inf, -math.inf, math.nan, 10**400, 2**63, -1, 0, 1.5, "", "x", True]
+    )
+    # (copied: mutated() edits the containers it plants)
+    | st.sampled_from([[], {}, [None], {"": None}, ["x"], {"x": "y"}]).map(copy.deepcopy)
+    | unprintable_ints
+)
+replacements = special_values | json_values
+
+
+def _paths(obj: object, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _paths(v, (*prefix, i))
+
+
+def _at(obj: Any, path: tuple[Any, ...]) -> Any:
+    for k in path:
+        obj = obj[k]
+    return obj
+
+
+@st.composite
+def mutated(draw: st.DrawFn, base: st.SearchStrategy[Obj]) -> Obj:
+    """A valid object with one to four random edits: a value replaced by a random one, a key
+    (usually one the translator reads) added, or an entry removed."""
+    obj = copy.deepcopy(draw(base))
+    for _ in range(draw(st.integers(1, 4))):
+        paths = list(_paths(obj))
+        leaves = [p for p in paths if not isinstance(_at(obj, p), dict | list) or not _at(obj, p)]
+        path = draw(st.sampled_from(leaves if leaves and draw(st.booleans()) else paths))
+        action = draw(st.sampled_from(["replace", "replace", "add", "delete"]))
+        target = _at(obj, path)
+        if action == "add" and isinstance(target, dict):
+            target[draw(keys)] = draw(replacements)
+        elif action == "add" and isinstance(target, list):
+            target.insert(draw(st.integers(0, len(target))), draw(replacements))
+        elif not path:
+            obj = draw(st.dictionaries(keys, json_values, max_size=4))
+        elif action == "delete":
+            del _at(obj, path[:-1])[path[-1]]
+        else:
+            _at(obj, path[:-1])[path[-1]] = draw(replacements)
+    return obj
+
+
+random_objects = st.dictionaries(keys, json_values, max_size=5) | st.fixed_dictionaries(
+    {},
+    optional={
+        "apiVersion": st.just("v1"),
+        "metadata": json_values,
+        "spec": json_values,
+        "status": json_values,
+    },
+)
+
+
+def _mentions(obj: object, key: str) -> bool:
+    if isinstance(obj, dict):
+        return any(k == key or _mentions(v, key) for k, v in obj.items())
+    if isinstance(obj, list):
+        return any(_mentions(v, key) for v in obj)
+    return False
+
+
+# ---- quantities from the Kubernetes grammar -----------------------------------------------
+
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+@st.composite
+def quantities(draw: st.DrawFn) -> tuple[object, Fraction]:
+    """A quantity as written in an object (usually a string) and its exact value.
+
+    quantity ::= sign? number suffix;  number ::= digits | digits '.' digits? | '.' digits;
+    suffix ::= binarySI | decimalSI | ('e' | 'E') sign? digits.
+    """
+    if draw(st.integers(0, 9)) == 0:  # a JSON integer
+        n = draw(st.integers(0, 10**6))
+        return n, Fraction(n)
+    whole = draw(st.integers(0, 9999))
+    digits = str(whole).zfill(draw(st.integers(1, 5)))  # leading zeros are allowed
+    frac = draw(st.text("0123456789", min_size=1, max_size=4))
+    form = draw(st.sampled_from(["int", "int", "int.", "int.frac", ".frac"]))
+    if form == "int":
+        number, value = digits, Fraction(whole)
+    elif form == "int.":
+        number, value = f"{digits}.", Fraction(whole)
+    elif form == "int.frac":
+        number, value = f"{digits}.{frac}", whole + Fraction(int(frac), 10 ** len(frac))
+    else:
+        number, value = f".{frac}", Fraction(int(frac), 10 ** len(frac))
+    kind = draw(st.sampled_from(["decimal", "decimal", "binary", "exponent"]))
+    if kind == "binary":
+        suffix = draw(st.sampled_from(sorted(_BINARY)))
+        value *= 2 ** _BINARY[suffix]
+    elif kind == "decimal":
+        suffix = draw(st.sampled_from(sorted(_DECIMAL)))
+        value *= Fraction(10) ** _DECIMAL[suffix]
+    else:
+        exp = draw(st.integers(-9, 12))
+        e = draw(st.sampled_from(["e", "E"]))
+        sign = "+" if exp >= 0 and draw(st.booleans()) else ""
+        suffix = f"{e}{sign}{exp}"
+        value *= Fraction(10) ** exp
+    plus = "+" if draw(st.integers(0, 9)) == 0 else ""
+    return f"{plus}{number}{suffix}", value
+
+
+def _is_extended(name: str) -> bool:
+    return "/" in name and "kubernetes.io/" not in name
+
+
+def amount(name: str, value: Fraction) -> int:
+    """Independent of the translator: milli-cores for cpu, whole units otherwise, rounded up."""
+    scaled = value * 1000 if name == "cpu" else value
+    return -((-scaled.numerator) // scaled.denominator)
+
+
+def _quantities_for(name: str) -> st.SearchStrategy[tuple[object, Fraction]]:
+    """Quantities valid for ``name``: whole for extended resources, at most MAX_AMOUNT."""
+    q = quantities()
+    if _is_extended(name):
+        q = q.filter(lambda t: t[1].denominator == 1)
+    return q.filter(lambda t: amount(name, t[1]) <= MAX_AMOUNT)
+
+
+_QUANTITIES: dict[str, st.SearchStrategy[tuple[object, Fraction]]] = {}
+
+
+@st.composite
+def resource_lists(
+    draw: st.DrawFn, names: list[str], max_size: int = 4
+) -> tuple[dict[str, object], dict[str, int]]:
+    """A valid ResourceList and its amounts in the scheduler's units."""
+    chosen = draw(st.lists(st.sampled_from(names), unique=True, max_size=max_size))
+    raw: dict[str, object] = {}
+    parsed: dict[str, int] = {}
+    for name in chosen:
+        if name not in _QUANTITIES:
+            _QUANTITIES[name] = _quantities_for(name)
+        text, value = draw(_QUANTITIES[name])
+        raw[name] = text
+        parsed[name] = amount(name, value)
+    return raw, parsed
+
+
+CONTAINER_RESOURCES = [
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "hugepages-2Mi",
+    "nvidia.com/gpu",
+    "example.com/foo",
+]
+NODE_RESOURCES = [*CONTAINER_RESOURCES, "pods", "hugepages-1Gi", "amd.com/gpu"]
+POD_LEVEL_HONOURED = ("cpu", "memory", "hugepages-2Mi")
+
+# ---- valid objects ------------------------------------------------------------------------
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
+dns_labels = st.text(_ALNUM, min_size=1, max_size=8) | st.sampled_from(
+    ["worker", "ps", "launcher", "train-0", "a1-b2"]
+)
+label_keys = st.sampled_from(
+    ["kubernetes.io/os", "topology.kubernetes.io/zone", "nvidia.com/gpu.product", "pool", "a"]
+)
+label_values = st.text(_ALNUM + "ABCXYZ", max_size=8) | st.sampled_from(
+    ["NVIDIA-A100-SXM4-80GB", "us-east-1a", "a.b_c", "true"]
+)
+times = st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1))
+
+
+def rfc3339(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def epoch(t: datetime) -> float:
+    return float(calendar.timegm(t.replace(microsecond=0).timetuple()))
+
+
+@st.composite
+def requirements(draw: st.DrawFn, field: bool = False) -> tuple[Obj, Requirement]:
+    key = "metadata.name" if field else draw(label_keys)
+    op = draw(st.sampled_from(OPERATORS))
+    if op in ("Exists", "DoesNotExist"):
+        values: list[str] = []
+    elif op in ("Gt", "Lt"):
+        values = [str(draw(st.integers(0, 10**6)))]
+    else:
+        values = draw(st.lists(label_values, min_size=1, max_size=3))
+    raw: Obj = {"key": key, "operator": op}
+    if values or draw(st.booleans()):
+        raw["values"] = values
+    return raw, Requirement(key, op, tuple(values))
+
+
+@st.composite
+def terms(draw: st.DrawFn) -> tuple[Obj, AffinityTerm]:
+    exprs = draw(st.lists(requirements(), max_size=3))
+    fields = draw(st.lists(requirements(field=True), max_size=1))
+    raw: Obj = {}
+    if exprs:
+        raw["matchExpressions"] = [r for r, _ in exprs]
+    if fields:
+        raw["matchFields"] = [r for r, _ in fields]
+    return raw, AffinityTerm(tuple(e for _, e in exprs), tuple(e for _, e in fields))
+
+
+@st.composite
+def tolerations(draw: st.DrawFn) -> tuple[Obj, Toleration]:
+    op = draw(st.sampled_from(["Equal", "Exists", None]))
+    key = draw(st.sampled_from(["", "nvidia.com/gpu", "dedicated"]))
+    effect = draw(st.sampled_from(["", "NoSchedule", "PreferNoSchedule", "NoExecute"]))
+    value = draw(label_values) if op != "Exists" else ""
+    raw: Obj = {}
+    if key:
+        raw["key"] = key
+    if op:
+        raw["operator"] = op
+    if value:
+        raw["value"] = value
+    if effect:
+        raw["effect"] = effect
+    if effect == "NoExecute" and draw(st.booleans()):
+        raw["tolerationSeconds"] = draw(st.integers(0, 3600))
+    return raw, Toleration(key, op or "Equal", value, effect)
+
+
+@st.composite
+def containers(draw: st.DrawFn, name: str, init: bool) -> tuple[Obj, dict[str, int], bool]:
+    c: Obj = {"name": name, "image": "registry.example/app:1"}
+    raw, parsed = draw(resource_lists(CONTAINER_RESOURCES))
+    resources: Obj = {}
+    if raw or draw(st.booleans()):
+        resources["requests"] = raw
+    if draw(st.booleans()):  # limits are never read
+        resources["limits"] = draw(resource_lists(CONTAINER_RESOURCES))[0]
+    if resources or draw(st.booleans()):
+        c["resources"] = resources
+    sidecar = init and draw(st.booleans())
+    if sidecar:
+        c["restartPolicy"] = "Always"
+    elif init and draw(st.booleans()):
+        c["restartPolicy"] = draw(st.sampled_from(["OnFailure", "Never"]))
+    return c, parsed, sidecar
+
+
+def reference_requests(
+    app: list[dict[str, int]],
+    init: list[tuple[dict[str, int], bool]],
+    overhead: dict[str, int],
+    pod_level: dict[str, int],
+) -> dict[str, int]:
+    """A pod's effective request, computed per resource: the larger of (app containers plus
+    sidecars) and the peak init step (its own request plus the sidecars started before it);
+    pod-level figures replace that; overhead is added; one pod slot is taken."""
+    names = {n for r in [*app, *(r for r, _ in init), overhead, pod_level] for n in r}
+    out: dict[str, int] = {}
+    for n in names:
+        running = sum(r.get(n, 0) for r in app)
+        sidecars = 0
+        peak = 0
+        for r, is_sidecar in init:
+            if is_sidecar:
+                sidecars += r.get(n, 0)
+                running += r.get(n, 0)
+                peak = max(peak, sidecars)
+            else:
+                peak = max(peak, sidecars + r.get(n, 0))
+        total = max(running, peak)
+        if n in pod_level:
+            total = pod_level[n]
+        out[n] = total + overhead.get(n, 0)
+    out["pods"] = out.get("pods", 0) + 1
+    return {n: v for n, v in out.items() if v > 0}
+
+
+@st.composite
+def valid_pods(draw: st.DrawFn) -> tuple[Obj, Pod]:
+    """A valid pod object and the Pod it must translate to."""
+    ns = draw(st.sampled_from(["default", "ml", "team-a"]))
+    name = draw(dns_labels)
+    meta: Obj = {"name": name, "namespace": ns}
+    uid = f"{ns}/{name}"
+    if draw(st.booleans()):
+        uid = draw(st.uuids()).hex
+        meta["uid"] = uid
+    created = 0.0
+    if draw(st.booleans()):
+        t = draw(times)
+        meta["creationTimestamp"] = rfc3339(t)
+        created = epoch(t)
+    deleting = draw(st.booleans())
+    if deleting:
+        meta["deletionTimestamp"] = rfc3339(draw(times))
+    labels: Obj = {"app": name}
+    group = role = ""
+    if draw(st.booleans()):
+        labels[lbl.POD_GROUP_LABEL] = g = draw(dns_labels)
+        group = f"{ns}/{g}"
+    if draw(st.booleans()):
+        labels[lbl.ROLE_LABEL] = role = draw(dns_labels)
+    meta["labels"] = labels
+
+    spec: Obj = {}
+    app = [draw(containers(f"c{i}", init=False)) for i in range(draw(st.integers(0, 3)))]
+    spec["containers"] = [c for c, _, _ in app]
+    init = [draw(containers(f"i{i}", init=True)) for i in range(draw(st.integers(0, 3)))]
+    if init or draw(st.booleans()):
+        spec["initContainers"] = [c for c, _, _ in init]
+    overhead: dict[str, int] = {}
+    if draw(st.booleans()):
+        spec["overhead"], overhead = draw(resource_lists(["cpu", "memory"]))
+    pod_level: dict[str, int] = {}
+    if draw(st.booleans()):
+        raw, parsed = draw(
+            resource_lists([*POD_LEVEL_HONOURED, "nvidia.com/gpu", "ephemeral-storage"])
+        )
+        spec["resources"] = {"requests": raw}
+        pod_level = {k: v for k, v in parsed.items() if k in POD_LEVEL_HONOURED}
+    priority = 0
+    if draw(st.booleans()):
+        spec["priority"] = priority = draw(st.integers(-(2**31), 10**9))
+    scheduler = "default-scheduler"
+    if draw(st.booleans()):
+        spec["schedulerName"] = scheduler = draw(st.sampled_from(["gangsched", "other"]))
+    node_name = ""
+    if draw(st.booleans()):
+        spec["nodeName"] = node_name = draw(dns_labels)
+    selector = draw(st.dictionaries(label_keys, label_values, max_size=3))
+    if selector:
+        spec["nodeSelector"] = selector
+    required = None
+    preferred: list[tuple[Obj, PreferredTerm]] = []
+    node_affinity: Obj = {}
+    if draw(st.booleans()):
+        req = draw(st.lists(terms(), max_size=3))
+        node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+            "nodeSelectorTerms": [r for r, _ in req]
+        }
+        required = tuple(t for _, t in req)
+    for raw_term, term in draw(st.lists(terms(), max_size=2)):
+        weight = draw(st.integers(1, 100))
+        preferred.append(({"weight": weight, "preference": raw_term}, PreferredTerm(weight, term)))
+    if preferred:
+        node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [r for r, _ in preferred]
+    if node_affinity:
+        spec["affinity"] = {"nodeAffinity": node_affinity}
+    tols = draw(st.lists(tolerations(), max_size=3))
+    if tols:
+        spec["tolerations"] = [r for r, _ in tols]
+    obj: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    phase = PodPhase.PENDING
+    if draw(st.booleans()):
+        phase = draw(st.sampled_from(list(PodPhase)))
+        obj["status"] = {"phase": str(phase)}
+
+    requests = reference_requests(
+        [p for _, p, _ in app], [(p, s) for _, p, s in init], overhead, pod_level
+    )
+    expected = Pod(
+        uid,
+        ns,
+        name,
+        requests,
+        created=created,
+        priority=priority,
+        scheduler_name=scheduler,
+        phase=phase,
+        node_name=node_name,
+        placement=Placement(
+            node_selector=tuple(sorted(selector.items())),
+            affinity=NodeAffinity(required, tuple(p for _, p in preferred)),
+            tolerations=tuple(t for _, t in tols),
+        ),
+        group=group,
+        role=role,
+        deleting=deleting,
+    )
+    return obj, expected
+
+
+CONDITION_TYPES = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable"]
+
+
+@st.composite
+def valid_nodes(draw: st.DrawFn) -> tuple[Obj, Node]:
+    name = draw(dns_labels)
+    labels = {"kubernetes.io/hostname": name, **draw(st.dictionaries(label_keys, label_values))}
+    spec: Obj = {}
+    taints = []
+    for _ in range(draw(st.integers(0, 3))):
+        key = draw(st.sampled_from(["nvidia.com/gpu", "dedicated", "node.kubernetes.io/x"]))
+        effect = draw(st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute"]))
+        value = draw(st.sampled_from(["", "present", "training"]))
+        raw: Obj = {"key": key, "effect": effect}
+        if value:
+            raw["value"] = value
+        spec.setdefault("taints", []).append(raw)
+        taints.append(Taint(key, value, effect))
+    unschedulable = draw(st.booleans())
+    if unschedulable or draw(st.booleans()):
+        spec["unschedulable"] = unschedulable
+    conditions = []
+    ready = False
+    for ctype in draw(st.lists(st.sampled_from(CONDITION_TYPES), unique=True)):
+        status = draw(st.sampled_from(["True", "False", "Unknown"]))
+        conditions.append({"type": ctype, "status": status, "reason": "Kubelet"})
+        if ctype == "Ready":
+            ready = status == "True"
+    raw_alloc, alloc = draw(resource_lists(NODE_RESOURCES, max_size=len(NODE_RESOURCES)))
+    status_obj: Obj = {"conditions": conditions}
+    if raw_alloc and draw(st.booleans()):  # capacity stands in for a missing allocatable
+        status_obj["capacity"] = raw_alloc
+    else:
+        status_obj["allocatable"] = raw_alloc
+        if raw_alloc:  # (an empty allocatable would fall back to capacity)
+            status_obj["capacity"] = draw(resource_lists(NODE_RESOURCES))[0]
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
+        "status": status_obj,
+    }
+    return obj, Node(name, alloc, labels, tuple(taints), unschedulable, ready)
+
+
+GANG_RESOURCES = ["cpu", "memory", "nvidia.com/gpu", "ephemeral-storage"]
+
+
+@st.composite
+def valid_podgroups(draw: st.DrawFn) -> tuple[Obj, GangSpec]:
+    ns = draw(st.sampled_from(["default", "ml"]))
+    name = draw(dns_labels)
+    key = f"{ns}/{name}"
+    meta: Obj = {"name": name, "namespace": ns}
+    created = 0.0
+    if draw(st.booleans()):
+        t = draw(times)
+        meta["creationTimestamp"] = rfc3339(t)
+        created = epoch(t)
+    min_member = draw(st.integers(1, 1000))
+    spec: Obj = {"minMember": min_member}
+    raw_res, res = draw(resource_lists(GANG_RESOURCES))
+    if raw_res or draw(st.booleans()):
+        spec["minResources"] = raw_res
+    timeout = None
+    if draw(st.booleans()):
+        spec["scheduleTimeoutSeconds"] = t_s = draw(st.integers(1, 86400))
+        timeout = float(t_s)
+    mode = GangMode.STRICT
+    if draw(st.booleans()):
+        mode = draw(st.sampled_from(list(GangMode)))
+        spec["mode"] = str(mode)
+    role_names = draw(st.lists(dns_labels, unique=True, max_size=4))
+    roles = tuple(RoleSpec(r, draw(st.integers(0, min_member))) for r in role_names)
+    if roles or draw(st.booleans()):
+        spec["roles"] = [{"name": r.name, "minMember": r.min_member} for r in roles]
+    group_names = draw(
+        st.lists(st.tuples(st.sampled_from(["", "ml", "other"]), dns_labels), max_size=4)
+    )
+    raw_group = [f"{n}/{g}" if n else g for n, g in group_names]
+    gang_group: tuple[str, ...] = ()
+    if raw_group:
+        spec["gangGroup"] = raw_group
+        gang_group = tuple(sorted({key, *(f"{n or ns}/{g}" for n, g in group_names)}))
+    topology = TopologySpec()
+    if role_names and draw(st.booleans()):
+        aff = draw(st.lists(st.lists(st.sampled_from(role_names), min_size=1), max_size=2))
+        anti = draw(st.lists(st.lists(st.sampled_from(role_names), min_size=1), max_size=2))
+        spec["topology"] = {"affinity": aff, "antiAffinity": anti}
+        topology = TopologySpec(tuple(map(tuple, aff)), tuple(map(tuple, anti)))
+    alone = True
+    if draw(st.booleans()):
+        once = draw(st.sampled_from(["Independent", "Gang"]))
+        spec["onceSatisfied"] = once
+        alone = once == "Independent"
+    obj = {"apiVersion": "gangsched.io/v1alpha1", "kind": "PodGroup", "metadata": meta}
+    obj["spec"] = spec
+    expected = GangSpec(
+        key=key,
+        min_member=min_member,
+        min_resources=res,
+        timeout_seconds=timeout,
+        created=created,
+        mode=mode,
+        roles=roles,
+        gang_group=gang_group,
+        topology=topology,
+        once_satisfied_alone=alone,
+    )
+    return obj, expected
+
+
+@st.composite
+def valid_volcano_podgroups(draw: st.DrawFn) -> tuple[Obj, GangSpec]:
+    ns = draw(st.sampled_from(["default", "research"]))
+    name = draw(dns_labels)
+    min_member = draw(st.integers(1, 100))
+    tasks = draw(st.dictionaries(dns_labels, st.integers(0, min_member), max_size=4))
+    raw_res, res = draw(resource_lists(GANG_RESOURCES))
+    spec: Obj = {"minMember": min_member, "queue": "default"}
+    if tasks or draw(st.booleans()):
+        spec["minTaskMember"] = tasks
+    if raw_res or draw(st.booleans()):
+        spec["minResources"] = raw_res
+    obj = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+    roles = tuple(RoleSpec(k, v) for k, v in sorted(tasks.items()))
+    return obj, GangSpec(f"{ns}/{name}", min_member, res, roles=roles)
+
+
+def _valid_only(pairs: st.SearchStrategy[tuple[Obj, Any]]) -> st.SearchStrategy[Obj]:
+    return pairs.map(lambda pair: pair[0])
+
+
+# ---- invariants ---------------------------------------------------------------------------
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _str_tuple(t: object) -> bool:
+    return isinstance(t, tuple) and all(isinstance(x, str) for x in t)
+
+
+def check_pod(obj: Mapping[str, Any], pod: Pod, membership: Membership) -> None:
+    assert isinstance(pod, Pod)
+    assert isinstance(membership, Membership)
+    assert isinstance(pod.invalid_reason, str)
+    for text in (pod.uid, pod.namespace, pod.name, pod.node_name, pod.group, pod.role):
+        assert isinstance(text, str)
+    assert pod.scheduler_name
+    assert isinstance(pod.scheduler_name, str)
+    assert isinstance(pod.phase, PodPhase)
+    assert isinstance(pod.created, float)
+    assert math.isfinite(pod.created)
+    assert isinstance(pod.deleting, bool)
+    # requests: always a resource list a node can be charged with
+    assert type(pod.requests) is dict
+    for k, v in pod.requests.items():
+        assert isinstance(k, str)
+        assert k
+        assert _is_int(v)
+        assert v > 0
+    assert pod.requests.get("pods", 0) >= 1
+    if not _mentions(obj, "pods"):
+        assert pod.requests["pods"] == 1
+    # membership
+    assert (pod.group, pod.role) == (membership.key, membership.role)
+    if membership.error:
+        assert pod.group == ""
+        assert membership.error in pod.invalid_reason
+    if pod.invalid_reason:
+        return
+    assert _is_int(pod.priority)
+    p = pod.placement
+    assert isinstance(p, Placement)
+    hash(p)  # pods with equal placements share a node-eligibility computation
+    assert all(_str_tuple(kv) and len(kv) == 2 for kv in p.node_selector)
+    assert list(p.node_selector) == sorted(p.node_selector)
+    all_terms: list[AffinityTerm] = list(p.affinity.required or ())
+    for pref in p.affinity.preferred:
+        assert isinstance(pref, PreferredTerm)
+        assert _is_int(pref.weight)
+        all_terms.append(pref.term)
+    for term in all_terms:
+        assert isinstance(term, AffinityTerm)
+        for r in (*term.match_expressions, *term.match_fields):
+            assert isinstance(r, Requirement)
+            assert r.operator in OPERATORS
+            assert isinstance(r.key, str)
+            assert _str_tuple(r.values)
+    for t in p.tolerations:
+        assert isinstance(t, Toleration)
+        assert _str_tuple((t.key, t.operator, t.value, t.effect))
+
+
+def check_node(obj: Mapping[str, Any], node: Node) -> None:
+    assert isinstance(node, Node)
+    assert isinstance(node.name, str)
+    assert isinstance(node.ready, bool)
+    assert isinstance(node.unschedulable, bool)
+    assert type(node.allocatable) is dict
+    for k, v in node.allocatable.items():
+        assert isinstance(k, str)
+        assert _is_int(v)
+        assert v >= 0
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in node.labels.items())
+    for t in node.taints:
+        assert isinstance(t, Taint)
+        assert _str_tuple((t.key, t.value, t.effect))
+    if node.ready:
+        status = obj["status"]
+        ready = [
+            c for c in status["conditions"] if isinstance(c, Mapping) and c.get("type") == "Ready"
+        ]
+        assert ready
+        assert ready[-1].get("status") == "True"
+        raw = status.get("allocatable") or status.get("capacity")
+        assert set(raw or {}) == set(node.allocatable)
+
+
+def check_gang(obj: Mapping[str, Any], spec: GangSpec) -> None:
+    assert isinstance(spec, GangSpec)
+    assert isinstance(spec.key, str)
+    assert "/" in spec.key
+    assert isinstance(spec.invalid_reason, str)
+    assert isinstance(spec.created, float)
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping) and all(
+        isinstance(meta.get(k), str) for k in ("name", "namespace")
+    ):
+        assert spec.key == f"{meta['namespace']}/{meta['name']}"
+    if spec.invalid_reason:
+        return
+    assert _is_int(spec.min_member)
+    assert spec.min_member >= 1
+    for k, v in spec.min_resources.items():
+        assert isinstance(k, str)
+        assert _is_int(v)
+        assert v >= 0
+    if spec.timeout_seconds is not None:
+        assert isinstance(spec.timeout_seconds, float)
+        assert math.isfinite(spec.timeout_seconds)
+        assert spec.timeout_seconds >= 1
+    assert isinstance(spec.mode, GangMode)
+    for r in spec.roles:
+        assert isinstance(r, RoleSpec)
+        assert isinstance(r.name, str)
+        assert _is_int(r.min_member)
+        assert r.min_member >= 0
+    if spec.gang_group:
+        assert spec.key in spec.gang_group
+        assert list(spec.gang_group) == sorted(set(spec.gang_group))
+        assert all(isinstance(g, str) and "/" in g for g in spec.gang_group)
+    assert all(_str_tuple(g) for g in (*spec.topology.affinity, *spec.topology.anti_affinity))
+    assert isinstance(spec.once_satisfied_alone, bool)
+
+
+def check_xk8s(obj: Mapping[str, Any], spec: GangSpec) -> None:
+    check_gang(obj, spec)
+    if not spec.invalid_reason:  # the scheduler-plugins API has none of these
+        assert spec.mode is GangMode.STRICT
+        assert (spec.roles, spec.gang_group, spec.topology) == ((), (), TopologySpec())
+        assert spec.once_satisfied_alone is True
+
+
+def check_volcano(obj: Mapping[str, Any], spec: GangSpec) -> None:
+    check_gang(obj, spec)
+    if not spec.invalid_reason:  # Volcano's PodGroup has none of these
+        assert spec.mode is GangMode.STRICT
+        assert spec.timeout_seconds is None
+        assert (spec.gang_group, spec.topology) == ((), TopologySpec())
+        assert spec.once_satisfied_alone is True
+
+
+def _run(translate: Callable[[Any], Any], obj: Obj) -> Any:
+    note(f"object: {_shown(obj)}")
+    return translate(obj)
+
+
+def _shown(obj: object) -> str:
+    try:
+        return repr(obj)
+    except ValueError:  # an integer too large to print
+        return "<object holding an integer too large to print>"
+
+
+# ---- hostile input never raises -----------------------------------------------------------
+
+pod_objects = mutated(_valid_only(valid_pods())) | random_objects
+node_objects = mutated(_valid_only(valid_nodes())) | random_objects
+podgroup_objects = mutated(_valid_only(valid_podgroups())) | random_objects
+volcano_objects = mutated(_valid_only(valid_volcano_podgroups())) | random_objects
+
+
+@FUZZ
+@given(obj=pod_objects)
+def test_pod_from_never_raises(obj: Obj) -> None:
+    pod, membership = _run(pod_from, obj)
+    check_pod(obj, pod, membership)
+
+
+@FUZZ
+@given(obj=node_objects)
+def test_node_from_never_raises(obj: Obj) -> None:
+    check_node(obj, _run(node_from, obj))
+
+
+@FUZZ
+@given(obj=podgroup_objects)
+def test_podgroup_from_never_raises(obj: Obj) -> None:
+    check_gang(obj, _run(podgroup_from, obj))
+    check_xk8s(obj, xk8s_podgroup_from(obj))
+
+
+@FUZZ
+@given(obj=volcano_objects)
+def test_volcano_podgroup_from_never_raises(obj: Obj) -> None:
+    check_volcano(obj, _run(volcano_podgroup_from, obj))
+
+
+@FUZZ
+@given(obj=random_objects)
+def test_every_translator_never_raises_on_random_objects(obj: Obj) -> None:
+    note(f"object: {_shown(obj)}")
+    check_node(obj, node_from(obj))
+    check_pod(obj, *pod_from(obj))
+    check_gang(obj, podgroup_from(obj))
+    check_xk8s(obj, xk8s_podgroup_from(obj))
+    check_volcano(obj, volcano_podgroup_from(obj))
+
+
+def _each_field_replaced(obj: Obj, value: object) -> Iterator[tuple[tuple[Any, ...], Obj]]:
+    """``obj`` with ``value`` put in place of each of its fields and items in turn (edited in
+    place and restored after each step: the translators never modify their input)."""
+    for path in list(_paths(obj)):
+        if path:
+            parent = _at(obj, path[:-1])
+            original = parent[path[-1]]
+            parent[path[-1]] = value
+            try:
+                yield path, obj
+            finally:
+                parent[path[-1]] = original
+
+
+@contextlib.contextmanager
+def _failing_path(path: tuple[Any, ...]) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        note(f"the value replaced the field at {path}")
+        raise
+
+
+EVERY_FIELD = settings(FUZZ, max_examples=60)
+
+
+@EVERY_FIELD
+@given(case=valid_pods(), value=replacements)
+def test_pod_from_never_raises_whatever_one_field_holds(
+    case: tuple[Obj, Pod], value: object
+) -> None:
+    """Every field of a valid pod in turn replaced by the same hostile value."""
+    for path, obj in _each_field_replaced(case[0], value):
+        with _failing_path(path):
+            check_pod(obj, *pod_from(obj))
+
+
+@EVERY_FIELD
+@given(case=valid_nodes(), value=replacements)
+def test_node_from_never_raises_whatever_one_field_holds(
+    case: tuple[Obj, Node], value: object
+) -> None:
+    for path, obj in _each_field_replaced(case[0], value):
+        with _failing_path(path):
+            check_node(obj, node_from(obj))
+
+
+@EVERY_FIELD
+@given(case=valid_podgroups(), value=replacements)
+def test_podgroup_from_never_raises_whatever_one_field_holds(
+    case: tuple[Obj, GangSpec], value: object
+) -> None:
+    for path, obj in _each_field_replaced(case[0], value):
+        with _failing_path(path):
+            check_gang(obj, podgroup_from(obj))
+            check_xk8s(obj, xk8s_podgroup_from(obj))
+
+
+@EVERY_FIELD
+@given(case=valid_volcano_podgroups(), value=replacements)
+def test_volcano_podgroup_from_never_raises_whatever_one_field_holds(
+    case: tuple[Obj, GangSpec], value: object
+) -> None:
+    for path, obj in _each_field_replaced(case[0], value):
+        with _failing_path(path):
+            check_volcano(obj, volcano_podgroup_from(obj))
+
+
+# ---- valid input translates exactly -------------------------------------------------------
+
+
+@VALID
+@given(case=valid_pods())
+def test_valid_pod_translates_exactly(case: tuple[Obj, Pod]) -> None:
+    obj, expected = case
+    pod, membership = pod_from(obj)
+    assert pod.invalid_reason == ""
+    assert pod.requests == expected.requests
+    assert pod == expected
+    assert membership.error == ""
+    check_pod(obj, pod, membership)
+
+
+@VALID
+@given(case=valid_nodes())
+def test_valid_node_translates_exactly(case: tuple[Obj, Node]) -> None:
+    obj, expected = case
+    node = node_from(obj)
+    assert node == expected
+    check_node(obj, node)
+
+
+@VALID
+@given(case=valid_podgroups())
+def test_valid_podgroup_translates_exactly(case: tuple[Obj, GangSpec]) -> None:
+    obj, expected = case
+    spec = podgroup_from(obj)
+    assert spec == expected
+    check_gang(obj, spec)
+
+
+@VALID
+@given(case=valid_podgroups())
+def test_valid_xk8s_podgroup_keeps_only_its_fields(case: tuple[Obj, GangSpec]) -> None:
+    obj, full = case
+    obj = {**obj, "apiVersion": "scheduling.x-k8s.io/v1alpha1"}
+    spec = xk8s_podgroup_from(obj)
+    assert spec == GangSpec(
+        full.key,
+        full.min_member,
+        full.min_resources,
+        timeout_seconds=full.timeout_seconds,
+        created=full.created,
+    )
+
+
+@VALID
+@given(case=valid_volcano_podgroups())
+def test_valid_volcano_podgroup_translates_exactly(case: tuple[Obj, GangSpec]) -> None:
+    obj, expected = case
+    spec = volcano_podgroup_from(obj)
+    assert spec == expected
+    check_volcano(obj, spec)
+
+
+@VALID
+@given(q=quantities(), name=st.sampled_from(CONTAINER_RESOURCES))
+def test_grammar_quantities_are_read_exactly(q: tuple[object, Fraction], name: str) -> None:
+    """One container with one grammar-built quantity: the request is its exact value, rounded
+    up to the resource's unit; a fractional extended resource is refused."""
+    text, value = q
+    obj = {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {name: text}}}]},
+    }
+    pod, _ = pod_from(obj)
+    want = amount(name, value)
+    if (_is_extended(name) and value.denominator != 1) or want > MAX_AMOUNT:
+        assert f"spec.containers[c].resources.requests.{name}" in pod.invalid_reason
+    else:
+        assert pod.invalid_reason == ""
+        assert pod.requests == ({name: want} if want else {}) | {"pods": 1}
+
+
+def test_reference_requests_matches_hand_computed_examples() -> None:
+    """The independent reference itself, on the Kubernetes documentation's sidecar example."""
+    app = [{"cpu": 1000}]
+    init = [({"cpu": 500}, True), ({"cpu": 2000}, False), ({"cpu": 100}, True)]
+    assert reference_requests(app, init, {}, {}) == {"cpu": 2500, "pods": 1}
+    assert reference_requests(app, init, {"cpu": 10}, {"cpu": 50}) == {"cpu": 60, "pods": 1}
+    assert reference_requests([], [], {}, {}) == {"pods": 1}
+    assert datetime(2024, 5, 1, 12, tzinfo=UTC).timestamp() == epoch(datetime(2024, 5, 1, 12))
