@@ -1,0 +1,503 @@
+"""The deployment manifests (manifests/) against the real API server.
+
+- the whole kustomization passes a server-side dry run (schemas, admission, Pod Security);
+- the RBAC is enough: the daemon runs as the ServiceAccount with a minted token, exactly as the
+  Deployment runs it (shipped config file, leader election), takes the Lease, binds a real
+  gang, writes status, events, conditions and annotations, and never meets a 403;
+- the RBAC is no more than that: ``kubectl auth can-i`` says no to everything else.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gangsched.devcluster import ControlPlane
+from gangsched.settings import Settings, load_settings
+
+from .conftest import REPO, SchedulerProcess
+from .kube import bound, condition, create, event_reasons, get_pg, pod, podgroup, pods, wait_for
+
+Nodes = Callable[..., dict[str, str]]
+
+MANIFESTS = REPO / "manifests"
+NAMESPACE = "gangsched-system"
+SA = "gangsched"
+SA_USER = f"system:serviceaccount:{NAMESPACE}:{SA}"
+LEASE = "gangsched"  # config.yaml leaseName, and role.yaml's resourceNames
+IDENTITY = "deploy-e2e"
+# A scheduler name of its own: if another scheduler of the session (with admin credentials)
+# runs too, it must not be the one that binds these pods.
+SCHEDULER = "gangsched-deploy-e2e"
+FORBIDDEN = re.compile(r"\b403\b|forbidden|not enough permissions", re.IGNORECASE)
+RBAC_FILES = (
+    "namespace.yaml",
+    "serviceaccount.yaml",
+    "clusterrole.yaml",
+    "clusterrolebinding.yaml",
+    "role.yaml",
+    "rolebinding.yaml",
+)
+
+
+def _apply_for_real(cp: ControlPlane, *files: str) -> None:
+    for name in files:
+        cp.apply(MANIFESTS / name)
+
+
+def _rendered(cp: ControlPlane) -> dict[tuple[str, str], dict[str, Any]]:
+    out = cp.kubectl("kustomize", str(MANIFESTS)).stdout
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(out) if d}
+
+
+# ---- static checks ------------------------------------------------------------------------
+
+
+def test_manifest_crd_is_a_copy_of_the_crd() -> None:
+    """kustomize cannot load ../crds/ from manifests/, so manifests/ carries a copy."""
+    original = (REPO / "crds" / "podgroups.gangsched.io.yaml").read_bytes()
+    copy = (MANIFESTS / "podgroups.gangsched.io.yaml").read_bytes()
+    assert copy == original, (
+        "manifests/podgroups.gangsched.io.yaml drifted from crds/: "
+        "cp crds/podgroups.gangsched.io.yaml manifests/"
+    )
+
+
+def test_config_file_lists_every_setting_at_its_default() -> None:
+    path = MANIFESTS / "config.yaml"
+    raw = yaml.safe_load(path.read_text())
+    aliases = {info.alias or name for name, info in Settings.model_fields.items()}
+    assert set(raw) == aliases, (
+        f"missing: {sorted(aliases - set(raw))}, unknown: {sorted(set(raw) - aliases)}"
+    )
+    assert load_settings(str(path), {}, env={}) == Settings()
+
+
+def test_rendered_kustomization(control_plane: ControlPlane) -> None:
+    objs = _rendered(control_plane)
+    assert sorted(kind for kind, _ in objs) == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "CustomResourceDefinition",
+            "Deployment",
+            "Namespace",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "ServiceAccount",
+        ]
+    )
+    spec = objs[("Deployment", "gangsched")]["spec"]
+    pod_spec = spec["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    # More than one replica only with leader election.
+    assert spec["replicas"] == 2
+    assert container["args"] == [
+        "run",
+        "--config",
+        "/etc/gangsched/config.yaml",
+        "--log-format",
+        "json",
+        "--leader-elect",
+    ]
+    assert pod_spec["serviceAccountName"] == SA
+    assert container["image"] == "ghcr.io/gangsched/gangsched:0.1.0"
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert sc["seccompProfile"]["type"] == "RuntimeDefault"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+    (configmap,) = [name for kind, name in objs if kind == "ConfigMap"]
+    assert configmap.startswith("gangsched-config-")  # hash suffix: a change rolls the pods
+    volume = next(v for v in pod_spec["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == configmap
+    config = yaml.safe_load(objs[("ConfigMap", configmap)]["data"]["config.yaml"])
+    assert config == yaml.safe_load((MANIFESTS / "config.yaml").read_text())
+
+    # The probes hit the port the configuration file serves them on.
+    port = int(config["httpBindAddress"].rpartition(":")[2])
+    assert container["ports"] == [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+    # The Role is for the Lease the configuration names.
+    role = objs[("Role", "gangsched-leader-election")]
+    assert role["metadata"]["namespace"] == config["leaseNamespace"] == NAMESPACE
+    assert [config["leaseName"]] == role["rules"][0]["resourceNames"] == [LEASE]
+
+    pdb = objs[("PodDisruptionBudget", "gangsched")]["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+
+
+# ---- (a) server-side dry run --------------------------------------------------------------
+
+
+def test_kustomization_passes_a_server_side_dry_run(control_plane: ControlPlane) -> None:
+    cp = control_plane
+    # A server-side dry run does not create the namespace, and objects of a namespace that
+    # does not exist are refused (NamespaceLifecycle): create it for real first.
+    _apply_for_real(cp, "namespace.yaml")
+    # The CRD is usually installed already (session fixture): the dry run must pass anyway.
+    # --warnings-as-errors: Pod Security "restricted" violations of a Deployment are warnings.
+    out = cp.kubectl(
+        "apply", "-k", str(MANIFESTS), "--dry-run=server", "--warnings-as-errors", check=False
+    )
+    assert out.returncode == 0, out.stderr
+    for what in (
+        "customresourcedefinition.apiextensions.k8s.io/podgroups.gangsched.io",
+        "namespace/gangsched-system",
+        "serviceaccount/gangsched",
+        "clusterrole.rbac.authorization.k8s.io/gangsched",
+        "clusterrolebinding.rbac.authorization.k8s.io/gangsched",
+        "role.rbac.authorization.k8s.io/gangsched-leader-election",
+        "rolebinding.rbac.authorization.k8s.io/gangsched-leader-election",
+        "configmap/gangsched-config-",
+        "deployment.apps/gangsched",
+        "poddisruptionbudget.policy/gangsched",
+    ):
+        assert what in out.stdout, out.stdout
+
+
+# ---- (b) the RBAC is enough ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rbac(control_plane: ControlPlane) -> ControlPlane:
+    """Namespace, ServiceAccount and RBAC applied for real (not the Deployment: there is no
+    kubelet to run it)."""
+    _apply_for_real(control_plane, *RBAC_FILES)
+    return control_plane
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(rbac: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig holding a token of the ServiceAccount (TokenRequest: works without a
+    controller-manager, the API server signs it with --service-account-signing-key-file)."""
+    cp = rbac
+    token = cp.kubectl("create", "token", SA, "-n", NAMESPACE, "--duration=1h").stdout.strip()
+    assert token
+    ca = base64.b64encode(cp.ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": cp.server, "certificate-authority-data": ca}}
+        ],
+        "users": [{"name": SA, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": SA}}],
+        "current-context": "e2e",
+    }
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    who = subprocess.run(
+        [str(cp.bin_dir / "kubectl"), "--kubeconfig", str(path), "auth", "whoami", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(who.stdout)["status"]["userInfo"]["username"] == SA_USER
+    return path
+
+
+def _log(proc: SchedulerProcess) -> str:
+    try:
+        return proc.log.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _lease_holder(cp: ControlPlane) -> str:
+    out = cp.kubectl("get", "lease", LEASE, "-n", NAMESPACE, "-o", "json", check=False)
+    if out.returncode != 0:
+        return ""
+    holder: str = (json.loads(out.stdout).get("spec") or {}).get("holderIdentity") or ""
+    return holder
+
+
+@pytest.fixture(scope="module")
+def sa_daemon(
+    control_plane: ControlPlane, sa_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SchedulerProcess]:
+    """``gangsched run`` as the ServiceAccount, with the shipped configuration file and leader
+    election, as the Deployment runs it."""
+    cp = control_plane
+    log = tmp_path_factory.mktemp("sa-daemon") / "gangsched.log"
+    proc = SchedulerProcess(cp, log)
+    proc.args = [
+        sys.executable,
+        "-m",
+        "gangsched.cli",
+        "run",
+        "--kubeconfig",
+        str(sa_kubeconfig),
+        "--config",
+        str(MANIFESTS / "config.yaml"),
+        "--log-format",
+        "console",
+        # debug: failed fire-and-forget writes (events, conditions, annotations) are logged at
+        # debug only, and a 403 there must show
+        "--log-level",
+        "debug",
+        "--leader-elect",
+        "--identity",
+        IDENTITY,
+        "--scheduler-name",
+        SCHEDULER,
+        "--backoff-initial",
+        "0.5",
+        "--backoff-max",
+        "2",
+        # a port of its own: tests may run several daemons at once
+        "--http-bind-address",
+        f"127.0.0.1:{proc.port}",
+    ]
+    proc.start()
+    try:
+        try:
+            wait_for(
+                "the daemon to take the Lease and sync its caches as the ServiceAccount",
+                lambda: not proc.alive() or "caches synced" in _log(proc),
+                timeout=60,
+            )
+        except AssertionError as e:
+            raise AssertionError(f"{e}\ngangsched log (tail):\n{proc.tail()}") from None
+        assert proc.alive(), f"the daemon exited:\n{proc.tail()}"
+        yield proc
+    finally:
+        proc.stop()
+
+
+def _get(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            status: int = resp.status
+            return status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def _assert_never_forbidden(proc: SchedulerProcess) -> None:
+    bad = [line for line in _log(proc).splitlines() if FORBIDDEN.search(line)]
+    assert not bad, "the daemon was refused something:\n" + "\n".join(bad[:20])
+    assert proc.alive(), f"the daemon exited:\n{proc.tail()}"
+
+
+def test_service_account_leads_and_is_healthy(
+    control_plane: ControlPlane, sa_daemon: SchedulerProcess
+) -> None:
+    """leases create/get/update in gangsched-system; the probes' endpoints answer."""
+    assert _lease_holder(control_plane) == IDENTITY
+    assert "leading" in _log(sa_daemon)
+    wait_for("/readyz 200", lambda: _get(sa_daemon.port, "/readyz") == 200)
+    assert _get(sa_daemon.port, "/healthz") == 200
+    # renewals (update) go on: the lease's renewTime moves
+    first = control_plane.kubectl_json("get", "lease", LEASE, "-n", NAMESPACE)["spec"]
+    wait_for(
+        "a lease renewal",
+        lambda: (
+            control_plane.kubectl_json("get", "lease", LEASE, "-n", NAMESPACE)["spec"]["renewTime"]
+            != first["renewTime"]
+        ),
+        timeout=15,
+    )
+    _assert_never_forbidden(sa_daemon)
+
+
+def test_service_account_can_schedule_a_gang(
+    control_plane: ControlPlane, sa_daemon: SchedulerProcess, ns: str, nodes: Nodes
+) -> None:
+    cp = control_plane
+    sel = nodes(1, gpus=2)
+    create(cp, podgroup("ddp", ns, 2))
+    for i in range(2):
+        create(cp, pod(f"ddp-{i}", ns, group="ddp", selector=sel, scheduler=SCHEDULER))
+    try:
+        # pods/binding create
+        placed = wait_for(
+            "both pods bound", lambda: len(bound(cp, ns)) == 2 and bound(cp, ns), timeout=60
+        )
+        assert set(placed.values()) == {f"{ns}-n0"}
+        # podgroups/status patch by the status controller (kopf, in the daemon)
+        wait_for(
+            "PodGroup phase Running or Scheduled",
+            lambda: (
+                (get_pg(cp, ns, "ddp").get("status") or {}).get("phase") in ("Running", "Scheduled")
+            ),
+            timeout=60,
+        )
+        # podgroups get + podgroups/status patch by the scheduler's reporter. Only that it was
+        # written, not its final value: that is the scheduler's business, not the RBAC's.
+        wait_for(
+            "the PodGroup's Scheduled condition",
+            lambda: condition(get_pg(cp, ns, "ddp"), "Scheduled") is not None,
+        )
+        # events.k8s.io events create
+        wait_for("Scheduled events", lambda: "Scheduled" in event_reasons(cp, ns, "ddp-0"))
+        _assert_never_forbidden(sa_daemon)
+    except AssertionError:
+        print(f"gangsched log (tail):\n{sa_daemon.tail(80)}")
+        raise
+
+
+def test_service_account_can_report_failures_and_timeouts(
+    control_plane: ControlPlane, sa_daemon: SchedulerProcess, ns: str, nodes: Nodes
+) -> None:
+    """The other writes: PodScheduled=False (pods/status patch), FailedScheduling and
+    GangTimeout events, and the timeout annotations (pods patch)."""
+    cp = control_plane
+    sel = nodes(1, gpus=2)
+    group = ["left", "right"]
+    create(cp, podgroup("left", ns, 2, timeout=3, gangGroup=group))
+    create(cp, podgroup("right", ns, 2, timeout=3, gangGroup=group))
+    for i in range(2):
+        create(cp, pod(f"left-{i}", ns, group="left", selector=sel, scheduler=SCHEDULER))
+    for i in range(2):  # never fits: more GPUs than the node has
+        create(cp, pod(f"right-{i}", ns, group="right", selector=sel, gpus=4, scheduler=SCHEDULER))
+    try:
+
+        def right_unschedulable() -> bool:
+            ps = pods(cp, ns)
+            return all(
+                (c := condition(ps[n], "PodScheduled")) is not None and c["status"] == "False"
+                for n in ("right-0", "right-1")
+            )
+
+        wait_for("PodScheduled=False on the unschedulable gang", right_unschedulable, timeout=30)
+        wait_for(
+            "FailedScheduling events",
+            lambda: "FailedScheduling" in event_reasons(cp, ns, "right-0"),
+        )
+
+        def timed_out() -> bool:
+            ps = pods(cp, ns)
+            return all(
+                (ps[n]["metadata"].get("annotations") or {}).get("gangsched.io/timeout") == "true"
+                for n in ("left-0", "left-1")
+            )
+
+        wait_for("the left gang's timeout annotations", timed_out, timeout=40)
+        wait_for("GangTimeout events", lambda: "GangTimeout" in event_reasons(cp, ns, "left-0"))
+        assert bound(cp, ns) == {}
+        _assert_never_forbidden(sa_daemon)
+    except AssertionError:
+        print(f"gangsched log (tail):\n{sa_daemon.tail(80)}")
+        raise
+
+
+# ---- (c) and no more than that ------------------------------------------------------------
+
+IN_NS = ("-n", NAMESPACE)
+
+ALLOWED: list[tuple[str, ...]] = [
+    ("list", "nodes"),
+    ("watch", "nodes"),
+    ("get", "pods"),
+    ("list", "pods"),
+    ("watch", "pods"),
+    ("patch", "pods"),
+    ("create", "pods", "--subresource=binding"),
+    ("patch", "pods", "--subresource=status"),
+    ("create", "events.events.k8s.io"),
+    ("get", "podgroups.gangsched.io"),
+    ("list", "podgroups.gangsched.io"),
+    ("watch", "podgroups.gangsched.io"),
+    ("patch", "podgroups.gangsched.io", "--subresource=status"),
+    ("list", "podgroups.scheduling.x-k8s.io"),
+    ("watch", "podgroups.scheduling.x-k8s.io"),
+    ("list", "podgroups.scheduling.volcano.sh"),
+    ("watch", "podgroups.scheduling.volcano.sh"),
+    ("list", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("get", f"leases.coordination.k8s.io/{LEASE}", *IN_NS),
+    ("update", f"leases.coordination.k8s.io/{LEASE}", *IN_NS),
+    ("create", "leases.coordination.k8s.io", *IN_NS),
+]
+
+DENIED: list[tuple[str, ...]] = [
+    ("delete", "pods"),
+    ("create", "pods"),
+    ("update", "pods"),
+    ("deletecollection", "pods"),
+    ("create", "pods", "--subresource=eviction"),
+    ("create", "pods", "--subresource=exec"),
+    ("update", "pods", "--subresource=status"),
+    ("get", "nodes"),
+    ("update", "nodes"),
+    ("patch", "nodes"),
+    ("delete", "nodes"),
+    ("patch", "nodes", "--subresource=status"),
+    ("create", "podgroups.gangsched.io"),
+    ("patch", "podgroups.gangsched.io"),
+    ("update", "podgroups.gangsched.io"),
+    ("delete", "podgroups.gangsched.io"),
+    ("update", "podgroups.gangsched.io", "--subresource=status"),
+    ("get", "podgroups.scheduling.x-k8s.io"),
+    ("patch", "podgroups.scheduling.x-k8s.io"),
+    ("patch", "podgroups.scheduling.volcano.sh"),
+    ("patch", "events.events.k8s.io"),
+    ("delete", "events.events.k8s.io"),
+    ("create", "events"),  # core/v1 events: kopf's event posting is disabled
+    ("get", "secrets"),
+    ("list", "secrets"),
+    ("list", "configmaps"),
+    ("list", "namespaces"),
+    ("get", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("update", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("create", "clusterroles.rbac.authorization.k8s.io"),
+    ("create", "serviceaccounts", "--subresource=token"),
+    ("impersonate", "users"),
+    # leases: only gangsched-system/gangsched
+    ("list", "leases.coordination.k8s.io", *IN_NS),
+    ("delete", f"leases.coordination.k8s.io/{LEASE}", *IN_NS),
+    ("update", "leases.coordination.k8s.io/other", *IN_NS),
+    ("get", "leases.coordination.k8s.io/other", *IN_NS),
+    ("create", "leases.coordination.k8s.io", "-n", "kube-system"),
+    ("update", "leases.coordination.k8s.io/kube-scheduler", "-n", "kube-system"),
+    ("update", f"leases.coordination.k8s.io/{LEASE}", "-n", "default"),
+]
+
+
+def _can_i(cp: ControlPlane, verb: str, resource: str, *extra: str) -> bool:
+    scope = () if "-n" in extra else ("-A",)
+    out = cp.kubectl("auth", "can-i", verb, resource, *extra, *scope, "--as", SA_USER, check=False)
+    answer = out.stdout.strip()
+    assert answer in ("yes", "no"), (verb, resource, extra, out.stdout, out.stderr)
+    return answer == "yes"
+
+
+def test_service_account_has_what_it_needs(rbac: ControlPlane) -> None:
+    missing = [c for c in ALLOWED if not _can_i(rbac, *c)]
+    assert not missing, f"not allowed: {missing}"
+
+
+def test_service_account_has_no_more(rbac: ControlPlane) -> None:
+    excess = [c for c in DENIED if _can_i(rbac, *c)]
+    assert not excess, f"allowed but not needed: {excess}"
+
+
+def test_service_account_cannot_delete_pods_or_update_nodes(rbac: ControlPlane) -> None:
+    assert not _can_i(rbac, "delete", "pods")
+    assert not _can_i(rbac, "update", "nodes")
+    assert not _can_i(rbac, "patch", "nodes")
+    # and the question is really asked as the ServiceAccount: the admin may
+    assert rbac.kubectl("auth", "can-i", "delete", "pods", "-A").stdout.strip() == "yes"
