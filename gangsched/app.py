@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import threading
 import time
 
 import structlog
@@ -51,6 +52,8 @@ class App:
         self.elector = elector
         self.health = health
         self.stop = asyncio.Event()
+        self._status_stop = threading.Event()
+        self._status_thread: threading.Thread | None = None
 
     def ready(self) -> bool:
         """Caches synced and leading (a follower is ready too: it is a warm standby)."""
@@ -80,7 +83,7 @@ class App:
             self.outbox.start()
             tasks.append(asyncio.create_task(self.service.run(), name="scheduler"))
             if self.status is not None:
-                tasks.append(asyncio.create_task(self.status.run(self.stop), name="status"))
+                self._status_thread = self.status.start_thread(self._status_stop)
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is stopper:
@@ -97,6 +100,9 @@ class App:
             for t in [*tasks, stopper]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
+            self._status_stop.set()
+            if self._status_thread is not None:
+                await asyncio.to_thread(self._status_thread.join, 15.0)
             self.service.metrics.leader.set(0)
             if self.elector is not None:
                 await self.elector.release()
@@ -116,7 +122,11 @@ async def build_app(settings: Settings) -> App:
     binder = Binder(client, core.bind_failed, retries=settings.bind_retries)
     metrics = Metrics()
     service = SchedulerService(core, client, binder, reporter, metrics)
-    status = StatusController(cfg, client) if settings.status_controller else None
+    status = (
+        StatusController(cfg, lambda: KubeClient(cfg, settings.api_qps, settings.api_burst, 8))
+        if settings.status_controller
+        else None
+    )
     identity = settings.identity or instance
     elector = (
         LeaderElector(
@@ -145,8 +155,6 @@ async def run_scheduler(settings: Settings) -> None:
 
 async def run_status_controller(settings: Settings) -> None:
     cfg = await load_configuration(settings.kubeconfig, settings.context)
-    client = KubeClient(cfg, settings.api_qps, settings.api_burst, settings.max_in_flight)
-    try:
-        await StatusController(cfg, client).run()
-    finally:
-        await client.close()
+    await StatusController(
+        cfg, lambda: KubeClient(cfg, settings.api_qps, settings.api_burst, settings.max_in_flight)
+    ).run()

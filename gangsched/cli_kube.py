@@ -43,7 +43,7 @@ def _settings(args: argparse.Namespace) -> Any:
     return load_settings(args.config, overrides)
 
 
-def _run_async(main: Any) -> int:
+def _run_async(main: Any, prog: str) -> int:
     async def runner() -> None:
         task = asyncio.ensure_future(main)
         loop = asyncio.get_running_loop()
@@ -52,8 +52,19 @@ def _run_async(main: Any) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-    asyncio.run(runner())
+    try:
+        asyncio.run(runner())
+    except (OSError, kube_config_errors()) as e:
+        print(f"{prog}: cannot connect: {e}", file=sys.stderr)
+        return 2
     return 0
+
+
+def kube_config_errors() -> type[Exception]:
+    from kubernetes_asyncio.config import ConfigException
+
+    error: type[Exception] = ConfigException
+    return error
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -67,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"gangsched run: {e}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format, settings.log_level)
-    return _run_async(run_scheduler(settings))
+    return _run_async(run_scheduler(settings), "gangsched run")
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -81,7 +92,7 @@ def _status(args: argparse.Namespace) -> int:
         print(f"gangsched status-controller: {e}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format, settings.log_level)
-    return _run_async(run_status_controller(settings))
+    return _run_async(run_status_controller(settings), "gangsched status-controller")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -65,6 +65,10 @@ class Settings(BaseModel):
     def _check(self) -> Settings:
         if self.backoff_max_seconds < self.backoff_initial_seconds:
             raise ValueError("backoffMaxSeconds must be >= backoffInitialSeconds")
+        if self.http_bind_address:
+            port = int(self.http_bind_address.rpartition(":")[2])
+            if not 0 < port < 65536:
+                raise ValueError(f"httpBindAddress: port {port} is out of range 1-65535")
         if not (
             self.retry_period_seconds < self.renew_deadline_seconds < self.lease_duration_seconds
         ):

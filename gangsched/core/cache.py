@@ -38,9 +38,11 @@ class NodeInfo:
         return self.allocatable(resource) - self.requested.get(resource, 0)
 
     @property
-    def schedulable(self) -> bool:
+    def usable(self) -> bool:
+        """Ready. A cordoned node stays usable for pods that tolerate the cordon; the
+        NodeUnschedulable filter decides per pod."""
         n = self.node
-        return n is not None and n.ready and not n.unschedulable
+        return n is not None and n.ready
 
 
 class ClusterCache:
@@ -52,8 +54,8 @@ class ClusterCache:
         self.assumed: dict[str, str] = {}  # pod uid -> node, reserved and not yet confirmed
         self._gpu_buckets: dict[int, dict[str, None]] = {}  # free GPUs -> ordered node set
         self._bucket_of: dict[str, int] = {}
-        self.total_allocatable: ResourceList = {}  # over schedulable nodes
-        self.total_requested: ResourceList = {}  # over schedulable nodes
+        self.total_allocatable: ResourceList = {}  # over usable (ready) nodes
+        self.total_requested: ResourceList = {}  # over usable (ready) nodes
         self.static_generation = 0  # bumps when any node's non-resource attributes change
 
     # ---- nodes -------------------------------------------------------------------------
@@ -121,7 +123,7 @@ class ClusterCache:
 
     # ---- indexes -----------------------------------------------------------------------
     def gpu_candidates(self, min_free: int) -> Iterator[NodeInfo]:
-        """Schedulable nodes with at least ``min_free`` free GPUs, fewest free first."""
+        """Ready nodes with at least ``min_free`` free GPUs, fewest free first."""
         for free in sorted(k for k in self._gpu_buckets if k >= min_free):
             for name in self._gpu_buckets[free]:
                 yield self.nodes[name]
@@ -163,12 +165,12 @@ class ClusterCache:
             self._reindex(info)
 
     def _untotal(self, info: NodeInfo) -> None:
-        if info.schedulable and info.node is not None:
+        if info.usable and info.node is not None:
             sub_into(self.total_allocatable, info.node.allocatable)
             sub_into(self.total_requested, info.requested)
 
     def _total(self, info: NodeInfo) -> None:
-        if info.schedulable and info.node is not None:
+        if info.usable and info.node is not None:
             add_into(self.total_allocatable, info.node.allocatable)
             add_into(self.total_requested, info.requested)
 
@@ -179,7 +181,7 @@ class ClusterCache:
             del bucket[info.name]
             if not bucket:
                 del self._gpu_buckets[old]
-        if info.schedulable and info.allocatable(GPU) > 0:
+        if info.usable and info.allocatable(GPU) > 0:
             free = info.free(GPU)
             if free > 0:
                 self._gpu_buckets.setdefault(free, {})[info.name] = None

@@ -4,21 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gangsched.core.plugins import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS
+
 __all__ = ["CoreConfig"]
 
 
 def _default_weights() -> dict[str, int]:
-    return {
-        "GPUBinPack": 10,
-        "LeastAllocated": 1,
-        "NodeAffinity": 2,
-        "TaintToleration": 1,
-        "TaskTopology": 20,
-    }
+    return dict(DEFAULT_SCORE_WEIGHTS)
 
 
 def _default_filters() -> tuple[str, ...]:
-    return ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodeResourcesFit")
+    return DEFAULT_FILTERS
 
 
 @dataclass(frozen=True, slots=True)

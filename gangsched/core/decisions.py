@@ -60,11 +60,13 @@ class GangWaiting:
 
 @dataclass(frozen=True, slots=True)
 class GangTimedOut:
-    """The Permit deadline passed: every reservation was released."""
+    """Every reservation of a waiting gang was released: at its Permit deadline (reason
+    ``Timeout``), or because a node or the PodGroup it relied on went away (``Released``)."""
 
     gang: str
     released: tuple[PodRef, ...]
     message: str
+    reason: str = "Timeout"
 
 
 Decision = BindGang | GangUnschedulable | GangWaiting | GangTimedOut

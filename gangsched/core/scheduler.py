@@ -39,6 +39,10 @@ from gangsched.core.resources import ResourceList, add_into, format_amount
 __all__ = ["GangView", "Scheduler"]
 
 
+# Reasons for which no placement was tried: the gang has not started scheduling yet.
+_NOT_ATTEMPTED = frozenset({"WaitingForMembers", "PodGroupNotFound", "InvalidSpec"})
+
+
 def _ref(pod: Pod) -> PodRef:
     return PodRef(pod.uid, pod.namespace, pod.name)
 
@@ -222,8 +226,6 @@ class Scheduler:
             gang.satisfied_once = True
         if not h.pending:
             return out
-        if gang.schedule_start is None:
-            gang.schedule_start = self.clock.now()
         reason, blocked = self._siblings_waiting(gang)
         if blocked:
             wake = Wake.GANG if reason == "WaitingForMembers" else Wake.CLUSTER
@@ -231,6 +233,8 @@ class Scheduler:
             out.append(GangUnschedulable(key, tuple(_ref(p) for p in h.pending), reason, blocked))
             return out
         attempt = self.cycle.run(gang, h)
+        if attempt.reason not in _NOT_ATTEMPTED and gang.schedule_start is None:
+            gang.schedule_start = self.clock.now()
         if attempt.failed:
             self._fail(gang, attempt.reason, attempt.message, attempt.wake)
             out.append(
@@ -440,6 +444,11 @@ class Scheduler:
                 gang.reason, gang.message = "Waiting", why
         if attempt.unplaced:
             gang.reason, gang.message = "Unschedulable", attempt.message
+            out.append(
+                GangUnschedulable(
+                    key, tuple(_ref(p) for p in attempt.unplaced), "Unschedulable", attempt.message
+                )
+            )
             gang.attempts += 1
             until = now + self._backoff(gang)
             self.queue.requeue(key, self._sort_key(gang), until, Wake.CLUSTER)
@@ -470,7 +479,7 @@ class Scheduler:
         if gang is not None:
             self._fail(gang, reason, message, Wake.CLUSTER)
         self.queue.wake(Wake.CLUSTER)
-        return [GangTimedOut(key, refs, message)]
+        return [GangTimedOut(key, refs, message, reason)]
 
     def reconcile_members(self, pods: Iterable[Pod]) -> None:
         """Feed a full list of pods (after a relist); equivalent to upserting each."""

@@ -108,7 +108,9 @@ class Reporter:
             }
         }
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
-        self._outbox.put("condition", lambda: self._client.strategic_patch(path, body))
+        self._outbox.put(
+            "condition", lambda: self._client.strategic_patch(path, body), key=("cond", pod.uid)
+        )
 
     def mark_timeout(self, pod: PodRef) -> None:
         """Annotate a pod whose gang timed out (as Koordinator does)."""
@@ -180,9 +182,15 @@ class Reporter:
                 "observedGeneration": (current.get("metadata") or {}).get("generation", 0),
             }
             body = {"status": {**status, "conditions": [*conds, cond]}}
-            return await self._client.merge_patch(f"{path}/status", body)
+            try:
+                return await self._client.merge_patch(f"{path}/status", body)
+            except Exception:
+                # not written: forget it, so the next report for this gang writes again
+                if self._group_status.get(key) == signature:
+                    self._group_status.pop(key, None)
+                raise
 
-        self._outbox.put("podgroup-status", write)
+        self._outbox.put("podgroup-status", write, key=("podgroup", key))
 
     @property
     def dropped(self) -> int:

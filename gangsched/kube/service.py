@@ -115,6 +115,7 @@ class SchedulerService:
 
     # ---- running -----------------------------------------------------------------------
     async def run(self) -> None:
+        self.last_turn = time.monotonic()
         watchers = [asyncio.create_task(r.run(), name=r.name) for r in self.reflectors]
         try:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
@@ -130,6 +131,8 @@ class SchedulerService:
                 [loop_task, *watchers], return_when=asyncio.FIRST_COMPLETED
             )
             loop_task.cancel()
+            if loop_task in done and loop_task.cancelled():
+                raise asyncio.CancelledError
             for t in done:
                 if not t.cancelled() and t.exception() is not None:
                     raise RuntimeError(f"{t.get_name()} stopped") from t.exception()
@@ -177,7 +180,7 @@ class SchedulerService:
                 result = result or "waiting"
             elif isinstance(d, GangUnschedulable):
                 result = result or ("unschedulable" if d.reason == "Unschedulable" else "pending")
-            elif isinstance(d, GangTimedOut):
+            elif isinstance(d, GangTimedOut) and d.reason == "Timeout":
                 m.permit_timeouts.inc()
         if result:
             m.attempts.labels(result).inc()
@@ -346,9 +349,12 @@ class SchedulerService:
                     self.reporter.unschedulable(pod, d.reason, d.message)
             elif isinstance(d, GangTimedOut):
                 self.stats.timeouts += 1
+                timeout = d.reason == "Timeout"
                 for pod in d.released:
-                    self.reporter.event(pod, "Warning", "GangTimeout", "Scheduling", d.message)
-                    self.reporter.mark_timeout(pod)
+                    why = "GangTimeout" if timeout else "GangReleased"
+                    self.reporter.event(pod, "Warning", why, "Scheduling", d.message)
+                    if timeout:
+                        self.reporter.mark_timeout(pod)
             self._report_group(d.gang)
 
     async def _bind(self, d: BindGang) -> None:

@@ -6,14 +6,18 @@ reporter.py). Phase and counts follow the pods: kopf watches member pods (those 
 ``gangsched.io/pod-group``) and PodGroups, keeps a small index of member phases, and writes a
 merge patch of its own fields only when they change, a short debounce after the last event.
 
-It runs in the scheduler's process by default (one Deployment, one leader, one watch
-connection budget) and can run on its own with ``gangsched status-controller``.
+It runs in the scheduler's process by default (one Deployment, one leader) on a thread and
+event loop of its own: kopf takes over signal handling and, when it stops, cancels the tasks
+of the loop it runs on, so it must not share the scheduler's loop. It can also run on its own
+with ``gangsched status-controller``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -56,9 +60,12 @@ def counts_of(members: dict[str, tuple[str, bool]]) -> MemberCounts:
 
 
 class StatusController:
-    def __init__(self, cfg: Configuration, client: KubeClient, debounce: float = 0.2) -> None:
+    def __init__(
+        self, cfg: Configuration, make_client: Callable[[], KubeClient], debounce: float = 0.2
+    ) -> None:
         self._conn = connection_info(cfg)
-        self._client = client
+        self._make_client = make_client
+        self._client: KubeClient | None = None
         self._debounce = debounce
         self.members: dict[str, dict[str, tuple[str, bool]]] = {}  # key -> uid -> (phase, bound)
         self.groups: dict[str, dict[str, Any]] = {}
@@ -153,6 +160,8 @@ class StatusController:
             return
         ns, _, name = key.partition("/")
         path = f"/apis/{lbl.GROUP}/{lbl.VERSION}/namespaces/{ns}/{lbl.PODGROUP_PLURAL}/{name}"
+        if self._client is None:
+            return
         try:
             await self._client.merge_patch(f"{path}/status", {"status": want})
             self._written[key] = want
@@ -163,15 +172,35 @@ class StatusController:
                 self._schedule(key)
 
     # ---- running -----------------------------------------------------------------------
-    async def run(self, stop: asyncio.Event | None = None) -> None:
+    async def run(self, stop: threading.Event | None = None) -> None:
+        """Run until ``stop`` is set (or, without one, until kopf's own signal handling stops
+        it). Creates its API client on the running loop."""
         settings = kopf.OperatorSettings()
         settings.posting.enabled = False
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
-        await kopf.operator(
-            registry=self.registry,
-            settings=settings,
-            clusterwide=True,
-            standalone=True,
-            stop_flag=stop,
-        )
+        self._client = self._make_client()
+        try:
+            await kopf.operator(
+                registry=self.registry,
+                settings=settings,
+                clusterwide=True,
+                standalone=True,
+                stop_flag=stop,
+            )
+        finally:
+            await self._client.close()
+            self._client = None
+
+    def start_thread(self, stop: threading.Event) -> threading.Thread:
+        """Run on a thread with its own event loop (see the module docstring)."""
+
+        def main() -> None:
+            try:
+                asyncio.run(self.run(stop))
+            except Exception:
+                log.exception("the PodGroup status controller stopped")
+
+        thread = threading.Thread(target=main, name="status-controller", daemon=True)
+        thread.start()
+        return thread

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gangsched.core.config import CoreConfig
 from gangsched.core.resources import GPU
+from gangsched.settings import Settings
 from gangsched.sim.engine import SimResult, Simulation
 from gangsched.sim.jobs import build_jobs, build_nodes
 from gangsched.sim.report import format_table, plot, summary
@@ -29,15 +31,18 @@ _SETTING_NAMES = {
 
 
 def core_config_from(settings: dict[str, Any]) -> CoreConfig:
-    """CoreConfig from a workload's ``settings`` (camelCase keys, as in the config file)."""
-    known = {f.name for f in fields(CoreConfig)}
-    kwargs: dict[str, Any] = {}
-    for k, v in settings.items():
-        name = _SETTING_NAMES.get(k, k)
-        if name not in known:
-            raise WorkloadError(f"settings.{k}: unknown setting; known: {sorted(_SETTING_NAMES)}")
-        kwargs[name] = tuple(v) if name == "filters" else v
-    return CoreConfig(**kwargs)
+    """CoreConfig from a workload's ``settings``: the scheduling settings of the configuration
+    file (camelCase keys), validated as the daemon validates them."""
+    unknown = sorted(set(settings) - set(_SETTING_NAMES))
+    if unknown:
+        raise WorkloadError(f"settings: unknown {unknown}; known: {sorted(_SETTING_NAMES)}")
+    try:
+        return Settings.model_validate(settings).core()
+    except ValidationError as e:
+        lines = [
+            f"  settings.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()
+        ]
+        raise WorkloadError("invalid settings:\n" + "\n".join(lines)) from None
 
 
 def simulate(

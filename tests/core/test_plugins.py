@@ -25,6 +25,7 @@ from gangsched.core.plugins import (
     TaintTolerationScore,
 )
 from gangsched.core.plugins.taint_toleration import toleration_matches
+from gangsched.core.profile import CONTEXT_SCORERS
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from tests.core.builders import field, make_node, make_pod, missing_node, req, term
 
@@ -762,8 +763,9 @@ def test_default_score_weights() -> None:
         "LeastAllocated": 1,
         "NodeAffinity": 2,
         "TaintToleration": 1,
+        "TaskTopology": 20,
     }
-    assert set(DEFAULT_SCORE_WEIGHTS) <= set(SCORERS)
+    assert set(DEFAULT_SCORE_WEIGHTS) <= set(SCORERS) | CONTEXT_SCORERS
 
 
 @pytest.mark.parametrize("name", sorted(FILTERS))

@@ -28,35 +28,33 @@ __all__ = ["TaskTopology", "bucket_order", "relations"]
 GangLookup = Callable[[str], GangSpec | None]
 
 
+def _pairs(groups: tuple[tuple[str, ...], ...]) -> set[tuple[str, str]]:
+    out: set[tuple[str, str]] = set()
+    for roles in groups:
+        if len(roles) == 1:
+            out.add((roles[0], roles[0]))
+        out.update((a, b) for a in roles for b in roles if a != b)
+    return out
+
+
 def relations(topo: TopologySpec) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(affine, anti) maps: role -> roles it should share nodes with / avoid. Conflicting
-    pairs (both affine and anti-affine) are dropped from both."""
+    """(affine, anti) maps: role -> roles it should share nodes with / avoid. A pair that is
+    both affine and anti-affine is a conflict and is dropped from both."""
+    near, far = _pairs(topo.affinity), _pairs(topo.anti_affinity)
+    clash = near & far
     affine: dict[str, set[str]] = defaultdict(set)
     anti: dict[str, set[str]] = defaultdict(set)
-    for group, target in ((topo.affinity, affine), (topo.anti_affinity, anti)):
-        for roles in group:
-            if len(roles) == 1:
-                target[roles[0]].add(roles[0])
-            for a in roles:
-                for b in roles:
-                    if a != b:
-                        target[a].add(b)
-    for role in list(affine):
-        clash = affine[role] & anti.get(role, set())
-        if clash:
-            affine[role] -= clash
-            anti[role] -= clash
+    for a, b in near - clash:
+        affine[a].add(b)
+    for a, b in far - clash:
+        anti[a].add(b)
     return dict(affine), dict(anti)
 
 
 def _conflicted(topo: TopologySpec) -> set[str]:
-    affine: dict[str, set[str]] = defaultdict(set)
-    anti: dict[str, set[str]] = defaultdict(set)
-    for group, target in ((topo.affinity, affine), (topo.anti_affinity, anti)):
-        for roles in group:
-            for a in roles:
-                target[a].update(roles)
-    return {r for r in affine if affine[r] & anti.get(r, set())}
+    """Roles in a conflicting pair: they take part in no bucket."""
+    clash = _pairs(topo.affinity) & _pairs(topo.anti_affinity)
+    return {r for pair in clash for r in pair}
 
 
 def bucket_order(spec: GangSpec | None, pods: Sequence[Pod]) -> list[Pod]:
