@@ -364,14 +364,14 @@ def test_service_account_can_report_failures_and_timeouts(
     """The other writes: PodScheduled=False (pods/status patch), FailedScheduling and
     GangTimeout events, and the timeout annotations (pods patch)."""
     cp = control_plane
-    sel = nodes(1, gpus=2)
+    sel = nodes(4, gpus=2)  # 8 GPUs: the group's 2 + 6 fit the totals, not the nodes
     group = ["left", "right"]
     create(cp, podgroup("left", ns, 2, timeout=3, gangGroup=group))
     create(cp, podgroup("right", ns, 2, timeout=3, gangGroup=group))
     for i in range(2):
         create(cp, pod(f"left-{i}", ns, group="left", selector=sel, scheduler=SCHEDULER))
     for i in range(2):  # never fits: more GPUs than the node has
-        create(cp, pod(f"right-{i}", ns, group="right", selector=sel, gpus=4, scheduler=SCHEDULER))
+        create(cp, pod(f"right-{i}", ns, group="right", selector=sel, gpus=3, scheduler=SCHEDULER))
     try:
 
         def right_unschedulable() -> bool:
