@@ -73,7 +73,8 @@ class ClusterCache:
         self._reindex(info)
 
     def remove_node(self, name: str) -> list[str]:
-        """Forget a node. Returns the uids of assumed pods that were reserved on it."""
+        """Forget a node. Returns the uids of pods assumed on it; their reservations stay
+        until the caller drops them (a binding already sent is decided by its outcome)."""
         info = self.nodes.get(name)
         if info is None:
             return []
@@ -81,12 +82,9 @@ class ClusterCache:
         info.node = None
         self.static_generation += 1
         self._reindex(info)
-        lost = [uid for uid, n in self.assumed.items() if n == name]
-        for uid in lost:
-            self.forget(uid)
-        if not info.pods and self.nodes.get(name) is info:
+        if not info.pods:
             del self.nodes[name]
-        return lost
+        return [uid for uid, n in self.assumed.items() if n == name]
 
     # ---- pods --------------------------------------------------------------------------
     def upsert_pod(self, pod: Pod) -> None:

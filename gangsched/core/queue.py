@@ -79,7 +79,9 @@ class SchedulingQueue:
         if gangs is None:
             chosen = [g for g, (w, _, _) in self._parked.items() if w is wake]
         else:
-            chosen = [g for g in gangs if g in self._parked and self._parked[g][0] is wake]
+            chosen = [
+                g for g in dict.fromkeys(gangs) if g in self._parked and self._parked[g][0] is wake
+            ]
         now = self._clock.now()
         for g in chosen:
             _, _, until = self._parked.pop(g)
@@ -97,7 +99,8 @@ class SchedulingQueue:
             if self._backoff_until.get(g) == until:
                 del self._backoff_until[g]
                 self._push(g, self._keys[g])
-        stale = [g for g, (_, since, _) in self._parked.items() if now - since >= self._flush_after]
+        # the same sum next_wakeup() announces, so the flush happens exactly when announced
+        stale = [g for g, (_, since, _) in self._parked.items() if since + self._flush_after <= now]
         for g in stale:
             _, _, until = self._parked.pop(g)
             if until <= now:

@@ -97,7 +97,9 @@ class Scheduler:
         self.queue.wake(Wake.CLUSTER)
 
     def node_delete(self, name: str) -> list[Decision]:
-        """A node went away. Gangs with reservations on it are released and retried."""
+        """A node went away. Gangs waiting at Permit with reservations on it are released and
+        retried; bindings already sent are left to their outcome (``bind_failed`` or the
+        pod's update), so no pod is ever placed twice."""
         lost = set(self.cache.remove_node(name))
         out: list[Decision] = []
         for key in self.permit.waiting_gangs():
@@ -160,7 +162,11 @@ class Scheduler:
         gang = self.gangs.get(key)
         if gang is None:
             return
-        self._fail(gang, "BindFailed", message, Wake.CLUSTER)
+        now = self.clock.now()
+        gang.reason, gang.message = "BindFailed", message
+        gang.attempts += 1
+        gang.last_failure = now
+        self.queue.backoff(key, self._sort_key(gang), now + self._backoff(gang))
 
     # ---- events: gangs -----------------------------------------------------------------
     def gang_upsert(self, spec: GangSpec) -> None:
