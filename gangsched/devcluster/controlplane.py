@@ -601,7 +601,9 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--allow-privileged=true",
-            "--disable-admission-plugins=ServiceAccount",
+            # No controller-manager runs here: nothing would ever lift the not-ready taint that
+            # TaintNodesByCondition puts on every new Node, so it is not enabled.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
             "--endpoint-reconciler-type=none",
             # Otherwise SIGTERM waits on open watches (kwok's, a scheduler's) for a minute.
             "--shutdown-watch-termination-grace-period=1s",

@@ -163,15 +163,6 @@ def nodes(control_plane: ControlPlane, ns: str) -> Iterator[Callable[..., dict[s
         for _ in range(count):
             name = f"{ns}-n{len(made)}"
             control_plane.add_fake_node(name, cpu, memory, gpus, labels={"e2e-test": ns})
-            control_plane.kubectl(
-                "patch",
-                "node",
-                name,
-                "--type=json",
-                "-p",
-                '[{"op":"remove","path":"/spec/taints"}]',
-                check=False,
-            )
             made.append(name)
         return {"e2e-test": ns}
 
