@@ -1,0 +1,93 @@
+"""The trace readers and the gang rule, on a few real rows of each trace."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gangsched.core.model import Placement
+from gangsched.sim.jobs import build_jobs
+from gangsched.sim.traces import GPU_MODEL_LABEL, TraceError, read_trace_nodes, read_trace_tasks
+from gangsched.sim.workload import Workload
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
+MIB = 2**20
+GPU = "nvidia.com/gpu"
+
+
+def test_openb_nodes() -> None:
+    nodes = {n.name: n for n in read_trace_nodes(DATA / "openb_nodes_sample.csv", None)}
+    n = nodes["openb-node-0022"]
+    assert n.allocatable == {"cpu": 128_000, "memory": 786_432 * MIB, GPU: 8, "pods": 110}
+    assert n.labels == {GPU_MODEL_LABEL: "G3"}
+    assert sorted({x.allocatable[GPU] for x in nodes.values()}) == [1, 2, 4, 8]
+    assert len(read_trace_nodes(DATA / "openb_nodes_sample.csv", 5)) == 5
+
+
+def test_spotgpu_nodes_take_memory_per_cpu() -> None:
+    (first, *_) = read_trace_nodes(DATA / "spotgpu_sample.csv", None, memory_per_cpu="2Gi")
+    assert first.name == "spot-0"
+    assert first.allocatable["cpu"] == 192_000
+    assert first.allocatable["memory"] == 192 * 2 * 1024 * MIB
+    assert first.allocatable[GPU] == 4
+    assert first.labels == {GPU_MODEL_LABEL: "GPU-series-1"}
+
+
+def test_tasks_fractional_gpus_take_a_whole_one_and_gpu_spec_becomes_affinity() -> None:
+    tasks = {
+        t.name: t for t in read_trace_tasks(DATA / "openb_pods_sample.csv", None, False, 1.0, None)
+    }
+    assert tasks["openb-pod-0001"].gpus == 1  # gpu_milli 460: a shared fraction, one GPU here
+    assert tasks["openb-pod-0005"].gpus == 0
+    assert tasks["openb-pod-0017"].gpus == 8
+    assert tasks["openb-pod-0017"].duration == 10_769_854 - 9_437_497
+    pending = tasks["openb-pod-2321"]  # never scheduled: duration from its creation
+    assert pending.duration == 10_855_820 - 10_855_765
+    spec_rows = [t for t in tasks.values() if t.placement != Placement()]
+    assert spec_rows, "the gpuspec rows restrict the GPU model"
+    term = spec_rows[0].placement.affinity.required
+    assert term is not None and term[0].match_expressions[0].key == GPU_MODEL_LABEL
+    gpu_only = read_trace_tasks(DATA / "openb_pods_sample.csv", None, True, 1.0, None)
+    assert all(t.gpus > 0 for t in gpu_only)
+    scaled = read_trace_tasks(DATA / "openb_pods_sample.csv", 1, True, 10.0, 5.0, 2.0)
+    assert scaled[0].duration == 5.0
+
+
+def test_gang_rule_multi_gpu_tasks_become_gangs_of_one_gpu_workers() -> None:
+    w = Workload.model_validate(
+        {"tracePods": {"trace": str(DATA / "openb_pods_sample.csv"), "gpu_only": True}}
+    )
+    jobs = {j.key: j for j in build_jobs(w, DATA)}
+    gang = jobs["trace/openb-pod-0017"]
+    assert gang.spec is not None and gang.spec.min_member == 8 and len(gang.pods) == 8
+    assert all(p.requests[GPU] == 1 for p in gang.pods)
+    assert gang.pods[0].requests["cpu"] == 88_000 // 8
+    plain = jobs["trace/openb-pod-0000"]
+    assert plain.spec is None and plain.pods[0].requests[GPU] == 1
+
+
+def test_saturate_replay_stops_at_the_load() -> None:
+    w = Workload.model_validate(
+        {
+            "tracePods": {
+                "trace": str(DATA / "openb_pods_sample.csv"),
+                "replay": "saturate",
+                "interval": 2,
+                "load": 1.0,
+            }
+        }
+    )
+    jobs = build_jobs(w, DATA, cluster_gpus=10)
+    gpus = sum(p.requests.get(GPU, 0) for j in jobs for p in j.pods)
+    assert 10 <= gpus < 10 + 8
+    assert all(j.duration == math.inf for j in jobs)
+    assert [j.arrival for j in jobs] == sorted(j.arrival for j in jobs)
+
+
+def test_unknown_trace_columns_are_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(TraceError, match="unknown node trace columns"):
+        read_trace_nodes(bad, None)
