@@ -86,7 +86,8 @@ class Reflector:
             if not cont:
                 self.resource_version = str(meta.get("resourceVersion", ""))
                 break
-        self.relists += 1
+        if self.synced.is_set() and not self.absent:
+            self.relists += 1  # a list after the first: the watch could not resume
         await self._emit("SYNC", {"items": items})
         self.synced.set()
 

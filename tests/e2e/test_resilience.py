@@ -185,3 +185,45 @@ def test_api_server_restart_mid_run(
     assert proc.alive(), proc.tail()
     text = proc.metrics()
     assert 'scheduler_bindings_total{result="success"} 8.0' in text, text
+
+
+def test_watch_expiry_relists_without_losing_or_double_counting(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    processes: list[SchedulerProcess],
+    tmp_path: Path,
+) -> None:
+    """The scheduler is frozen while a pod holding all GPUs is deleted and a new gang is
+    created, and the API server restarts (its watch cache starts afresh). When the scheduler
+    resumes, its watches cannot continue from their resourceVersion (410 Gone): it relists,
+    sees the freed GPUs (nothing double-counted, nothing lost) and binds the new gang."""
+    import signal
+
+    cp = control_plane
+    sched = _name()
+    sel = nodes(1, gpus=4)
+    proc = SchedulerProcess(cp, tmp_path / "s.log", "--scheduler-name", sched).start()
+    processes.append(proc)
+    _create_all(cp, _gang(ns, "hog", 4, sel, sched))
+    wait_for("the first gang bound", lambda: len(bound(cp, ns)) == 4)
+    assert proc.proc is not None
+    proc.proc.send_signal(signal.SIGSTOP)
+    try:
+        for i in range(4):
+            cp.kubectl("delete", "pod", f"hog-{i}", "-n", ns, "--grace-period=0", "--force")
+        _create_all(cp, _gang(ns, "next", 4, sel, sched))
+        cp.restart_apiserver(downtime=1.0)
+    finally:
+        proc.proc.send_signal(signal.SIGCONT)
+    wait_for("the new gang bound after the relist", lambda: len(bound(cp, ns)) == 4, 60)
+    assert set(bound(cp, ns)) == {f"next-{i}" for i in range(4)}
+    text = wait_for(
+        "a relist in the metrics",
+        lambda: (t := proc.metrics()) and "gangsched_watch_relists_total{" in t and t,
+        timeout=30,
+    )
+    relists = [
+        line for line in text.splitlines() if line.startswith("gangsched_watch_relists_total{")
+    ]
+    assert any(float(line.rsplit(" ", 1)[1]) >= 1 for line in relists), relists
