@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 __all__ = ["add_commands"]
@@ -67,32 +68,30 @@ def kube_config_errors() -> type[Exception]:
     return error
 
 
-def _run(args: argparse.Namespace) -> int:
-    from gangsched.app import run_scheduler
+def _daemon(args: argparse.Namespace, prog: str, main: Callable[[Any], Awaitable[None]]) -> int:
+    """Load the settings (exit 2 naming the bad field), set up logging, run ``main``."""
     from gangsched.logging import configure_logging
     from gangsched.settings import ConfigError
 
     try:
         settings = _settings(args)
     except ConfigError as e:
-        print(f"gangsched run: {e}", file=sys.stderr)
+        print(f"{prog}: {e}", file=sys.stderr)
         return 2
     configure_logging(settings.log_format, settings.log_level)
-    return _run_async(run_scheduler(settings), "gangsched run")
+    return _run_async(main(settings), prog)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from gangsched.app import run_scheduler
+
+    return _daemon(args, "gangsched run", run_scheduler)
 
 
 def _status(args: argparse.Namespace) -> int:
     from gangsched.app import run_status_controller
-    from gangsched.logging import configure_logging
-    from gangsched.settings import ConfigError
 
-    try:
-        settings = _settings(args)
-    except ConfigError as e:
-        print(f"gangsched status-controller: {e}", file=sys.stderr)
-        return 2
-    configure_logging(settings.log_format, settings.log_level)
-    return _run_async(run_status_controller(settings), "gangsched status-controller")
+    return _daemon(args, "gangsched status-controller", run_status_controller)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
