@@ -60,6 +60,8 @@ async def load_configuration(kubeconfig: str | None, context: str | None = None)
     cfg = Configuration()
     in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
     path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path and not os.path.exists(os.path.expanduser(path.split(os.pathsep)[0])):
+        raise kconfig.ConfigException(f"kubeconfig {path} does not exist")
     if path or not in_cluster:
         await kconfig.load_kube_config(
             config_file=path, context=context, client_configuration=cfg, persist_config=False
