@@ -188,7 +188,8 @@ def main() -> int:
                 "pods_per_second": round(bound / (t_end - t0), 1),
                 "scheduler_rss_mb": round(int(rss or 0) / 1024, 1),
                 "command": f"python bench/cluster_bench.py --nodes {args.nodes} --gpus-per-node "
-                f"{args.gpus_per_node} --gang-size {args.gang_size} --pods {args.pods}",
+                f"{args.gpus_per_node} --gang-size {args.gang_size} --pods {args.pods}"
+                + (" --live" if args.live else ""),
             },
             sort_keys=True,
         )

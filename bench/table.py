@@ -70,8 +70,10 @@ def main() -> int:
         )
     if args.cluster:
         print()
-        print("| command | nodes | pods | seconds to all bound | pods/s | scheduler RSS MB |")
-        print("|---|---|---|---|---|---|")
+        print(
+            "| command | mode | nodes | pods | seconds to all bound | pods/s | scheduler RSS MB |"
+        )
+        print("|---|---|---|---|---|---|---|")
         for extra in ([], ["--live"]):
             d = run(
                 [
