@@ -106,6 +106,8 @@ class App:
             self.service.metrics.leader.set(0)
             if self.elector is not None:
                 await self.elector.release()
+            with contextlib.suppress(Exception):
+                await self.outbox.drain(5.0)  # send what is queued (events, status)
             await self.outbox.stop()
             if self.health is not None:
                 await self.health.stop()

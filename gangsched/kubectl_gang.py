@@ -53,10 +53,11 @@ def gang_rows(
         spec = pg.get("spec") or {}
         status = pg.get("status") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        group = str(pg.get("apiVersion", "gangsched.io/")).partition("/")[0]
         rows[key] = GangRow(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            source="PodGroup",
+            source=f"PodGroup({group})",
             phase=str(status.get("phase") or "Pending"),
             min_member=int(spec.get("minMember", 1) or 1),
             why=str(status.get("message") or ""),

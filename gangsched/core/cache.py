@@ -5,7 +5,7 @@ assumed it there (reserved, binding not yet confirmed by the API). Pods placed b
 schedulers count like any other. Terminal pods free their resources.
 
 Two indexes make the hot path cheap: nodes bucketed by free GPUs (so a GPU pod looks only at
-nodes that can hold it, tightest first), and cluster-wide free totals over schedulable nodes
+nodes that can hold it, tightest first), and cluster-wide free totals over ready nodes
 (so a hopeless gang fails in O(resources)).
 """
 
@@ -87,15 +87,19 @@ class ClusterCache:
         return [uid for uid, n in self.assumed.items() if n == name]
 
     # ---- pods --------------------------------------------------------------------------
+    def _target(self, pod: Pod) -> str:
+        """Where a pod's requests count: its node when bound, else where it is assumed;
+        nowhere when it is terminal."""
+        if pod.terminal:
+            return ""
+        return pod.node_name or self.assumed.get(pod.uid, "")
+
     def upsert_pod(self, pod: Pod) -> None:
         uid = pod.uid
         self.pods[uid] = pod
         if pod.node_name:
             self.assumed.pop(uid, None)
-        target = ""
-        if not pod.terminal:
-            target = pod.node_name or self.assumed.get(uid, "")
-        self._count(uid, target, pod.requests)
+        self._count(uid, self._target(pod), pod.requests)
 
     def remove_pod(self, uid: str) -> Pod | None:
         self.assumed.pop(uid, None)
@@ -105,15 +109,17 @@ class ClusterCache:
     def assume(self, uid: str, node: str) -> None:
         pod = self.pods[uid]
         self.assumed[uid] = node
-        self._count(uid, node, pod.requests)
+        self._count(uid, self._target(pod), pod.requests)
 
     def forget(self, uid: str) -> None:
         """Drop a reservation. Idempotent; a pod the API has bound is left counted."""
         if self.assumed.pop(uid, None) is None:
             return
         pod = self.pods.get(uid)
-        target = pod.node_name if pod is not None and not pod.terminal else ""
-        self._count(uid, target, pod.requests if pod is not None else {})
+        if pod is None:
+            self._count(uid, "", {})
+        else:
+            self._count(uid, self._target(pod), pod.requests)
 
     def node_of(self, uid: str) -> str:
         """The node a pod is counted on (bound or assumed), or ''."""

@@ -144,7 +144,7 @@ class GangCycle:
         return (
             f"needs {format_amount(res, amount)} {res} for {need} more member(s) "
             f"(minMember {spec.min_member}); {format_amount(res, max(free, 0))} free "
-            f"in schedulable nodes"
+            f"in ready nodes"
         )
 
 

@@ -43,6 +43,14 @@ __all__ = ["GangView", "Scheduler"]
 _NOT_ATTEMPTED = frozenset({"WaitingForMembers", "PodGroupNotFound", "InvalidSpec"})
 
 
+def _bound_quorum(spec: GangSpec, h: Holdings) -> bool:
+    """Bound (or finished) members alone satisfy the gang and each role's minimum. (Held
+    counts by role include reservations, which are bound or released within a cycle or two.)"""
+    return h.bound + h.succeeded >= spec.min_member and all(
+        h.held_by_role[r.name] >= r.min_member for r in spec.roles
+    )
+
+
 def _ref(pod: Pod) -> PodRef:
     return PodRef(pod.uid, pod.namespace, pod.name)
 
@@ -61,6 +69,7 @@ class GangView:
     succeeded: int
     failed: int
     waiting_at_permit: bool
+    waiting: int  # members reserved at Permit (not bindings in flight)
     queue_state: str
     reason: str
     message: str
@@ -227,8 +236,9 @@ class Scheduler:
             )
             for p in h.invalid:
                 gang.members.discard(p.uid)
-        spec = gang.spec
-        if spec is not None and h.bound + h.succeeded >= spec.min_member:
+            gang.reason = "InvalidPod"
+            gang.message = "; ".join(f"{p.key}: {p.invalid_reason}" for p in h.invalid)
+        if gang.spec is not None and _bound_quorum(gang.spec, h):
             gang.satisfied_once = True
         if not h.pending:
             return out
@@ -285,6 +295,7 @@ class Scheduler:
             succeeded=h.succeeded,
             failed=h.failed,
             waiting_at_permit=key in self.permit,
+            waiting=len(wg.reserved) if (wg := self.permit.get(key)) is not None else 0,
             queue_state=self.queue.state_of(key),
             reason=gang.reason,
             message=gang.message,
@@ -363,7 +374,7 @@ class Scheduler:
         res, amount, free = short
         return "Unschedulable", (
             f"gang group {', '.join(spec.gang_group)} needs {format_amount(res, amount)} {res} "
-            f"together; {format_amount(res, max(free, 0))} free in schedulable nodes"
+            f"together; {format_amount(res, max(free, 0))} free in ready nodes"
         )
 
     def _note_bound(self, gang: Gang) -> None:
@@ -372,10 +383,9 @@ class Scheduler:
         if spec is None:
             return
         h = holdings(gang, self.cache)
-        if h.bound + h.succeeded >= spec.min_member and all(
-            h.held_by_role[r.name] >= r.min_member for r in spec.roles
-        ):
+        if _bound_quorum(spec, h):
             gang.satisfied_once = True
+            gang.reason, gang.message = "Scheduled", f"{h.bound + h.succeeded} member(s) bound"
 
     def _has_pending(self, gang: Gang) -> bool:
         pods = self.cache.pods
@@ -465,7 +475,7 @@ class Scheduler:
     def _bind(self, gang: Gang, placements: dict[str, str]) -> BindGang:
         reserved = dict(self.permit.release(gang.key))
         reserved.update(placements)
-        gang.reason, gang.message = "Scheduled", f"{len(reserved)} pod(s) bound"
+        gang.reason, gang.message = "Binding", f"binding {len(reserved)} pod(s)"
         pods = self.cache.pods
         bindings = tuple(
             Binding(_ref(pods[uid]), node) for uid, node in sorted(reserved.items()) if uid in pods

@@ -54,7 +54,7 @@ class Metrics:
         )
         self.gpus = Gauge(
             "gangsched_gpus",
-            "nvidia.com/gpu in schedulable nodes, allocated (bound or reserved) and total.",
+            "nvidia.com/gpu in ready nodes, allocated (bound or reserved) and total.",
             ["state"],
             registry=r,
         )

@@ -384,7 +384,7 @@ class SchedulerService:
             scheduled=scheduled,
             reason="Scheduled" if scheduled else view.reason,
             message=view.message if not scheduled else f"{held} member(s) bound",
-            waiting=view.reserved,
+            waiting=view.waiting,
             start=view.schedule_start,
             last_failure=view.last_failure,
         )

@@ -52,7 +52,7 @@ def counts_of(members: dict[str, tuple[str, bool]]) -> MemberCounts:
     phases = [p for p, _ in members.values()]
     return MemberCounts(
         total=len(members),
-        scheduled=sum(1 for _, bound in members.values() if bound),
+        scheduled=sum(1 for phase, bound in members.values() if bound and phase != "Failed"),
         running=phases.count("Running"),
         succeeded=phases.count("Succeeded"),
         failed=phases.count("Failed"),

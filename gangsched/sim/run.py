@@ -40,7 +40,8 @@ def core_config_from(settings: dict[str, Any]) -> CoreConfig:
         return Settings.model_validate(settings).core()
     except ValidationError as e:
         lines = [
-            f"  settings.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()
+            f"  {'.'.join(['settings', *(str(x) for x in err['loc'])])}: {err['msg']}"
+            for err in e.errors()
         ]
         raise WorkloadError("invalid settings:\n" + "\n".join(lines)) from None
 

@@ -258,3 +258,14 @@ def test_totals_match_a_recount_after_churn(cache: ClusterCache) -> None:
     assert cache.nodes["n1"].requested.get(GPU, 0) == expected_used["n1"]
     assert cache.nodes["n2"].requested.get(GPU, 0) == expected_used["n2"]
     assert cache.cluster_free(GPU) == 12 - sum(expected_used.values())
+
+
+def test_a_terminal_pod_never_counts_even_when_assumed(cache: ClusterCache) -> None:
+    """Found by the forget-twice property: a pod that finished before it was assumed."""
+    cache.upsert_pod(gpu_pod("t"))
+    cache.upsert_pod(replace(cache.pods["uid-t"], phase=PodPhase.SUCCEEDED))
+    cache.assume("uid-t", "n1")
+    assert cache.node_of("uid-t") == ""
+    assert cache.cluster_free(GPU) == 12  # nothing held on n1 (8) or n2 (4)
+    cache.forget("uid-t")
+    assert cache.assumed == {}
