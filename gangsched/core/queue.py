@@ -74,13 +74,17 @@ class SchedulingQueue:
         self._keys.pop(gang, None)
 
     # ---- waking ------------------------------------------------------------------------
-    def wake(self, wake: Wake, gangs: Iterable[str] | None = None) -> int:
-        """Move parked gangs woken by this kind of event (all, or only ``gangs``)."""
+    def wake(self, wake: Wake | None, gangs: Iterable[str] | None = None) -> int:
+        """Move parked gangs woken by this kind of event (all, or only ``gangs``). With
+        ``wake`` None, the named gangs move whatever they wait for: an event of the gang itself
+        (a new member, a PodGroup change) may help it whatever it last failed on."""
         if gangs is None:
             chosen = [g for g, (w, _, _) in self._parked.items() if w is wake]
         else:
             chosen = [
-                g for g in dict.fromkeys(gangs) if g in self._parked and self._parked[g][0] is wake
+                g
+                for g in dict.fromkeys(gangs)
+                if g in self._parked and (wake is None or self._parked[g][0] is wake)
             ]
         now = self._clock.now()
         for g in chosen:

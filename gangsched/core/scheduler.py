@@ -149,7 +149,7 @@ class Scheduler:
         if is_pending(pod, self.cache) or pod.invalid_reason:
             self.queue.activate(key, self._sort_key(gang))
             if new_member:
-                self.queue.wake(Wake.GANG, self._group_of(gang))
+                self.queue.wake(None, self._group_of(gang))
 
     def pod_delete(self, uid: str) -> None:
         pod = self.cache.pods.get(uid)
@@ -187,7 +187,7 @@ class Scheduler:
         gang.spec = spec
         if self._has_pending(gang):
             self.queue.activate(spec.key, self._sort_key(gang))
-        self.queue.wake(Wake.GANG, self._group_of(gang))
+        self.queue.wake(None, self._group_of(gang))
 
     def gang_delete(self, key: str) -> list[Decision]:
         self.specs.pop(key, None)

@@ -21,7 +21,7 @@ import pytest
 from gangsched.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
-from .kube import GPU, bound, pod, podgroup, pods, wait_for
+from .kube import GPU, bound, create, event_reasons, get_pg, pod, podgroup, pods, wait_for
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -227,3 +227,55 @@ def test_watch_expiry_relists_without_losing_or_double_counting(
         line for line in text.splitlines() if line.startswith("gangsched_watch_relists_total{")
     ]
     assert any(float(line.rsplit(" ", 1)[1]) >= 1 for line in relists), relists
+
+
+def test_node_deleted_while_reserved_releases_the_gang(
+    control_plane: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    nodes: Nodes,
+) -> None:
+    """A gang holding reservations at Permit loses the node they are on: everything it holds
+    is released (GangReleased, no timeout marks), nothing stays reserved for it, and it binds
+    elsewhere once its group can."""
+    cp = control_plane
+    sel = nodes(4, gpus=2)  # the group's 2 + 6 GPUs fit the totals, the 3-GPU pods no node
+    create(cp, podgroup("left", ns, 2, timeout=600, gangGroup=["left", "right"]))
+    create(cp, podgroup("right", ns, 2, timeout=600, gangGroup=["left", "right"]))
+    for i in range(2):
+        create(cp, pod(f"left-{i}", ns, group="left", selector=sel))
+    for i in range(2):
+        create(cp, pod(f"right-{i}", ns, group="right", selector=sel, gpus=3))
+    wait_for(
+        "left to hold its reservations at Permit",
+        lambda: (get_pg(cp, ns, "left").get("status") or {}).get("waiting") == 2,
+        timeout=30,
+    )
+    # delete every node of the test: whichever holds the reservations goes
+    for i in range(4):
+        cp.kubectl("delete", "node", f"{ns}-n{i}", "--wait=false")
+    wait_for(
+        "a GangReleased event",
+        lambda: (
+            "GangReleased" in event_reasons(cp, ns, "left-0")
+            or "GangReleased" in event_reasons(cp, ns, "left-1")
+        ),
+        timeout=30,
+    )
+    wait_for(
+        "the PodGroup to hold nothing",
+        lambda: (get_pg(cp, ns, "left").get("status") or {}).get("waiting") == 0,
+    )
+    state = pods(cp, ns)
+    for name in ("left-0", "left-1"):
+        ann = state[name]["metadata"].get("annotations") or {}
+        assert "gangsched.io/timeout" not in ann, "a release is not a timeout"
+    assert bound(cp, ns) == {}
+    # the right gang gives up its impossible demand: the group can now complete on what is left
+    for i in range(2):
+        cp.kubectl("delete", "pod", f"right-{i}", "-n", ns, "--grace-period=0", "--force")
+    for i in range(2):
+        create(cp, pod(f"right-new-{i}", ns, group="right", selector=sel, gpus=0))
+    nodes(1, gpus=2)  # a new node, n4
+    wait_for("the whole group bound on the new node", lambda: len(bound(cp, ns)) == 4, 30)
+    assert set(bound(cp, ns).values()) == {f"{ns}-n4"}
