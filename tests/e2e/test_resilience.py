@@ -279,3 +279,58 @@ def test_node_deleted_while_reserved_releases_the_gang(
     nodes(1, gpus=2)  # a new node, n4
     wait_for("the whole group bound on the new node", lambda: len(bound(cp, ns)) == 4, 30)
     assert set(bound(cp, ns).values()) == {f"{ns}-n4"}
+
+
+def _writes(cp: ControlPlane) -> int:
+    """Writes only the scheduler makes here, from the API server's own metrics: bindings and
+    events.k8s.io events (kwok writes pod and node status, so those are not counted)."""
+    total = 0
+    for line in cp.kubectl("get", "--raw", "/metrics").stdout.splitlines():
+        if not line.startswith("apiserver_request_total{") or 'verb="POST"' not in line:
+            continue
+        if 'subresource="binding"' in line or 'group="events.k8s.io"' in line:
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_client_side_rate_limit_holds_under_a_burst(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    processes: list[SchedulerProcess],
+    tmp_path: Path,
+) -> None:
+    """A burst of pending pods does not flood the API server: the scheduler's writes (bindings,
+    events, conditions, status) never outrun its token bucket (burst + qps per second)."""
+    cp = control_plane
+    sched = _name()
+    sel = nodes(13, gpus=8)
+    _create_all(cp, [pod(f"p-{i}", ns, selector=sel, scheduler=sched) for i in range(100)])
+    qps, burst = 10, 10
+    proc = SchedulerProcess(
+        cp,
+        tmp_path / "s.log",
+        "--scheduler-name",
+        sched,
+        "--no-status-controller",
+        "--api-qps",
+        str(qps),
+        "--api-burst",
+        str(burst),
+    )
+    samples = [(time.monotonic(), _writes(cp))]
+    proc.start()
+    processes.append(proc)
+    deadline = time.monotonic() + 120
+    while len(bound(cp, ns)) < 100 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        samples.append((time.monotonic(), _writes(cp)))
+    assert len(bound(cp, ns)) == 100, "every pod bound in the end"
+    worst = 0.0
+    for i, (t0, w0) in enumerate(samples):
+        for t1, w1 in samples[i + 1 :]:
+            allowed = burst + qps * (t1 - t0 + 1.0)  # 1 s of slack for when a sample is read
+            worst = max(worst, (w1 - w0) / allowed)
+    took = samples[-1][0] - samples[0][0]
+    print(f"{samples[-1][1] - samples[0][1]} writes in {took:.1f}s; worst window {worst:.2f}")
+    assert worst <= 1.0, f"the API server saw more writes than {qps} qps / burst {burst} allow"
