@@ -91,15 +91,6 @@ class NodeFinder:
         )
         return f"0/{total} nodes are available: {parts}."
 
-    def feasible_nodes(self, pod: Pod) -> Iterable[NodeInfo]:
-        """Every node the pod fits on now (for tests, diagnosis and the simulator)."""
-        self._refresh()
-        verdicts = self._verdicts.setdefault(pod.placement, {})
-        for name in self._order:
-            info = self._cache.nodes.get(name)
-            if info is not None and info.node is not None and self._feasible(pod, info, verdicts):
-                yield info
-
     # ---- internals ---------------------------------------------------------------------
     def _feasible(self, pod: Pod, info: NodeInfo, verdicts: dict[str, Status]) -> bool:
         status = verdicts.get(info.name)

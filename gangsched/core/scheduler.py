@@ -11,7 +11,6 @@ Lifecycle of a gang's members: pending -> reserved (assumed in the cache) -> eit
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gangsched.core.cache import ClusterCache
@@ -496,8 +495,3 @@ class Scheduler:
             self._fail(gang, reason, message, Wake.CLUSTER)
         self.queue.wake(Wake.CLUSTER)
         return [GangTimedOut(key, refs, message, reason)]
-
-    def reconcile_members(self, pods: Iterable[Pod]) -> None:
-        """Feed a full list of pods (after a relist); equivalent to upserting each."""
-        for pod in pods:
-            self.pod_upsert(pod)

@@ -23,10 +23,6 @@ class CycleSnapshot:
         self.cache.assume(uid, node)
         self._placed[uid] = node
 
-    @property
-    def placements(self) -> dict[str, str]:
-        return dict(self._placed)
-
     def __len__(self) -> int:
         return len(self._placed)
 

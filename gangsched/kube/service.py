@@ -206,11 +206,6 @@ class SchedulerService:
     def poke(self) -> None:
         self._wake.set()
 
-    async def idle(self) -> None:
-        """Wait until in-flight bindings are done (for tests and shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
     # ---- watch handlers ----------------------------------------------------------------
     def _on_node(self, kind: str, obj: JSON) -> None:
         known = self._known["nodes"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -68,7 +67,3 @@ def simulate(
         )
     ok = s["partial_gangs"] == 0 and s["overcommitted_nodes"] == 0
     return (0 if ok else 3), text, result
-
-
-def workload_path_ok(path: str) -> bool:
-    return Path(path).exists()
