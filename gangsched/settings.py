@@ -15,7 +15,6 @@ from pydantic.alias_generators import to_camel
 
 from gangsched.core.config import CoreConfig
 from gangsched.core.plugins import FILTERS, SCORERS
-from gangsched.core.profile import CONTEXT_SCORERS
 
 __all__ = ["ConfigError", "Settings", "load_settings"]
 
@@ -78,9 +77,9 @@ class Settings(BaseModel):
         unknown = [f for f in self.filters if f not in FILTERS]
         if unknown:
             raise ValueError(f"filters: unknown plugin(s) {unknown}; known: {sorted(FILTERS)}")
-        bad = [s for s in self.score_weights if s not in SCORERS and s not in CONTEXT_SCORERS]
+        bad = [s for s in self.score_weights if s not in SCORERS]
         if bad:
-            known = sorted({*SCORERS, *CONTEXT_SCORERS})
+            known = sorted(SCORERS)
             raise ValueError(f"scoreWeights: unknown plugin(s) {bad}; known: {known}")
         if any(w < 0 for w in self.score_weights.values()):
             raise ValueError("scoreWeights: weights must be >= 0")

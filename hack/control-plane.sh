@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and cache the binaries of a test Kubernetes control plane from Go modules:
-#   kube-apiserver + kubectl (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3),
+#   kube-apiserver + kubectl + kube-scheduler (k8s.io/kubernetes, one go build; kube-scheduler is
+#   the reference the differential tests compare gangsched against), etcd (go.etcd.io/etcd/server/v3),
 #   kwok (sigs.k8s.io/kwok) and a kwok stages file (node-initialize, pod-ready, pod-complete,
 #   pod-delete) taken from the kwok module.
 #
@@ -70,7 +71,7 @@ newest_cached_dir() {
   [[ -n "$best" ]] && printf '%s\n' "$best"
 }
 
-BINARIES=(kube-apiserver kubectl etcd kwok)
+BINARIES=(kube-apiserver kubectl kube-scheduler etcd kwok)
 
 complete_dir() {
   local d="$1" b
@@ -122,7 +123,7 @@ need() { [[ -z "${FROM_ASSETS[$1]:-}" && ! -x "$VERSION_DIR/$1" ]]; }
 
 needs_build() {
   local b
-  for b in kube-apiserver kubectl etcd kwok; do need "$b" && return 0; done
+  for b in "${BINARIES[@]}"; do need "$b" && return 0; done
   [[ ! -s "$VERSION_DIR/kwok-stages.yaml" ]]
 }
 
@@ -135,6 +136,7 @@ link_out_dir() {
     ln -sfn "${FROM_ASSETS[$b]:-$VERSION_DIR/$b}" "$OUT_DIR/$b"
   done
   ln -sfn "$VERSION_DIR/kwok" "$OUT_DIR/kwok"
+  ln -sfn "$VERSION_DIR/kube-scheduler" "$OUT_DIR/kube-scheduler"
   ln -sfn "$VERSION_DIR/kwok-stages.yaml" "$OUT_DIR/kwok-stages.yaml"
 }
 
@@ -179,6 +181,7 @@ build_k8s() {
   local targets=() t
   need kube-apiserver && targets+=(kube-apiserver)
   need kubectl && targets+=(kubectl)
+  need kube-scheduler && targets+=(kube-scheduler)
   ((${#targets[@]} > 0)) || return 0
   log "building ${targets[*]} from k8s.io/kubernetes@$K8S_VERSION"
 
@@ -218,6 +221,7 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 )
 EOF
     log "  go mod tidy"

@@ -11,9 +11,10 @@ nodes that can hold it, tightest first), and cluster-wide free totals over ready
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from gangsched.core.model import Node, Pod
+from gangsched.core.model import HostPort, Node, Pod
+from gangsched.core.podindex import PodIndex, TermIndex
 from gangsched.core.resources import GPU, ResourceList, add_into, sub_into
 
 __all__ = ["ClusterCache", "NodeInfo"]
@@ -23,13 +24,14 @@ class NodeInfo:
     """A node and the requests counted on it. ``node`` is None for a node the cache has only
     heard of through pods bound to it (its Node object has not arrived, or was deleted)."""
 
-    __slots__ = ("name", "node", "pods", "requested")
+    __slots__ = ("name", "node", "pods", "ports", "requested")
 
     def __init__(self, name: str, node: Node | None) -> None:
         self.name = name
         self.node = node
         self.requested: ResourceList = {}
         self.pods: set[str] = set()
+        self.ports: dict[HostPort, int] = {}  # host ports of the pods counted here
 
     def allocatable(self, resource: str) -> int:
         return self.node.allocatable.get(resource, 0) if self.node is not None else 0
@@ -57,6 +59,11 @@ class ClusterCache:
         self.total_allocatable: ResourceList = {}  # over usable (ready) nodes
         self.total_requested: ResourceList = {}  # over usable (ready) nodes
         self.static_generation = 0  # bumps when any node's non-resource attributes change
+        # Counted pods by namespace and label, and their inter-pod affinity terms.
+        self.pod_index = PodIndex()
+        self.term_index = TermIndex()
+        self.namespaces: dict[str, Mapping[str, str]] = {}  # namespace -> labels
+        self._counted_ports: dict[str, tuple[HostPort, ...]] = {}
 
     # ---- nodes -------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
@@ -96,10 +103,28 @@ class ClusterCache:
 
     def upsert_pod(self, pod: Pod) -> None:
         uid = pod.uid
+        old = self.pods.get(uid)
         self.pods[uid] = pod
         if pod.node_name:
             self.assumed.pop(uid, None)
         self._count(uid, self._target(pod), pod.requests)
+        if (
+            old is not None
+            and uid in self._counted_on
+            and (old.labels != pod.labels or old.pod_affinity != pod.pod_affinity)
+        ):
+            self.pod_index.add(pod)
+            self.term_index.add(pod)
+
+    # ---- namespaces --------------------------------------------------------------------
+    def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        self.namespaces[name] = dict(labels)
+
+    def remove_namespace(self, name: str) -> None:
+        self.namespaces.pop(name, None)
+
+    def namespace_labels(self, name: str) -> Mapping[str, str] | None:
+        return self.namespaces.get(name)
 
     def remove_pod(self, uid: str) -> Pod | None:
         self.assumed.pop(uid, None)
@@ -149,6 +174,15 @@ class ClusterCache:
             sub_into(info.requested, self._counted_req.pop(uid))
             info.pods.discard(uid)
             del self._counted_on[uid]
+            self.pod_index.remove(uid)
+            self.term_index.remove(uid)
+            ports = self._counted_ports.pop(uid, ())
+            for port in ports:
+                left = info.ports[port] - 1
+                if left:
+                    info.ports[port] = left
+                else:
+                    del info.ports[port]
             self._total(info)
             self._reindex(info)
             if info.node is None and not info.pods:
@@ -165,6 +199,14 @@ class ClusterCache:
             info.pods.add(uid)
             self._counted_on[uid] = target
             self._counted_req[uid] = req
+            pod = self.pods.get(uid)
+            if pod is not None:
+                self.pod_index.add(pod)
+                self.term_index.add(pod)
+                if pod.host_ports:
+                    self._counted_ports[uid] = pod.host_ports
+                    for port in pod.host_ports:
+                        info.ports[port] = info.ports.get(port, 0) + 1
             self._total(info)
             self._reindex(info)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gangsched.core.framework import PluginSettings
 from gangsched.core.plugins import DEFAULT_FILTERS, DEFAULT_SCORE_WEIGHTS
 
 __all__ = ["CoreConfig"]
@@ -32,3 +33,4 @@ class CoreConfig:
     nodes_to_score: int = 100
     filters: tuple[str, ...] = field(default_factory=_default_filters)
     score_weights: dict[str, int] = field(default_factory=_default_weights)
+    plugin_settings: PluginSettings = field(default_factory=PluginSettings)

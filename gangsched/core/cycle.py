@@ -24,7 +24,7 @@ from gangsched.core.queue import Wake
 from gangsched.core.resources import ResourceList, format_amount
 from gangsched.core.snapshot import CycleSnapshot
 
-__all__ = ["Attempt", "GangCycle", "least_requests", "shortage"]
+__all__ = ["Attempt", "GangCycle", "gated_message", "least_requests", "shortage"]
 
 # Orders a gang's pending members before placement (task topology plugs in here).
 MemberOrder = Callable[[Gang, Sequence[Pod]], Sequence[Pod]]
@@ -75,6 +75,12 @@ class GangCycle:
             h.live < spec.min_member
             or any(h.live_by_role[r.name] < r.min_member for r in spec.roles)
         ):
+            if h.gated:
+                return Attempt(
+                    reason="SchedulingGated",
+                    message=gated_message(spec.min_member, h),
+                    wake=Wake.GANG,
+                )
             return Attempt(
                 reason="WaitingForMembers",
                 message=_members_message(spec.min_member, h, bool(spec.roles)),
@@ -173,6 +179,14 @@ def shortage(
         if amount > free:
             return res, amount, free
     return None
+
+
+def gated_message(min_member: int, h: Holdings) -> str:
+    gates = sorted({g for p in h.gated for g in p.gates})
+    return (
+        f"{len(h.gated)} member(s) wait for scheduling gates ({', '.join(gates)}); "
+        f"{h.live} of {min_member} members are ready to schedule"
+    )
 
 
 def _members_message(min_member: int, h: Holdings, roles: bool) -> str:

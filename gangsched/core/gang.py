@@ -56,7 +56,8 @@ def is_pending(pod: Pod, cache: ClusterCache) -> bool:
         not pod.node_name
         and pod.phase is PodPhase.PENDING
         and not pod.deleting
-        and not pod.invalid_reason
+        and not pod.refused
+        and not pod.gates
         and pod.uid not in cache.assumed
     )
 
@@ -64,7 +65,8 @@ def is_pending(pod: Pod, cache: ClusterCache) -> bool:
 @dataclass(slots=True)
 class Holdings:
     pending: list[Pod] = field(default_factory=list)
-    invalid: list[Pod] = field(default_factory=list)
+    invalid: list[Pod] = field(default_factory=list)  # refused: unreadable or unsupported
+    gated: list[Pod] = field(default_factory=list)  # pending behind spec.schedulingGates
     bound: int = 0  # bound by the API, not terminal
     reserved: int = 0  # assumed by this scheduler, binding not yet confirmed
     running: int = 0
@@ -101,10 +103,13 @@ def holdings(gang: Gang, cache: ClusterCache) -> Holdings:
                 h.running += 1
         elif uid in cache.assumed:
             h.reserved += 1
-        elif pod.invalid_reason:
+        elif pod.refused:
             h.invalid.append(pod)
             continue
         elif pod.deleting:
+            continue
+        elif pod.gates:
+            h.gated.append(pod)
             continue
         else:
             h.pending.append(pod)

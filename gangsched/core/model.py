@@ -15,17 +15,24 @@ __all__ = [
     "AffinityTerm",
     "GangMode",
     "GangSpec",
+    "HostPort",
+    "LabelSelector",
     "Node",
     "NodeAffinity",
     "Placement",
     "Pod",
+    "PodAffinity",
+    "PodAffinityTerm",
     "PodPhase",
+    "PodVolumes",
     "PreferredTerm",
     "Requirement",
     "RoleSpec",
+    "SpreadConstraint",
     "Taint",
     "Toleration",
     "TopologySpec",
+    "WeightedPodAffinityTerm",
 ]
 
 
@@ -88,6 +95,86 @@ class NodeAffinity:
 
 
 @dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes label selector: every ``match_labels`` pair and every expression (In,
+    NotIn, Exists, DoesNotExist) must hold. An empty selector matches every label set; where
+    Kubernetes has a nil selector (matching nothing) the model has ``None``."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """One inter-pod (anti-)affinity term, with ``matchLabelKeys`` / ``mismatchLabelKeys``
+    already merged into ``selector`` (as the API server does when the pod is created).
+
+    The pods it selects: those in ``namespaces`` or in a namespace whose labels match
+    ``namespace_selector`` (``None``: no selector; empty: every namespace), whose labels
+    match ``selector`` (``None`` matches no pod). When the pod spec names no namespace and
+    no namespace selector, ``namespaces`` holds the pod's own namespace."""
+
+    topology_key: str
+    selector: LabelSelector | None
+    namespaces: frozenset[str] = frozenset()
+    namespace_selector: LabelSelector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedPodAffinityTerm:
+    weight: int
+    term: PodAffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinity:
+    """``spec.affinity.podAffinity`` and ``podAntiAffinity``."""
+
+    required: tuple[PodAffinityTerm, ...] = ()
+    preferred: tuple[WeightedPodAffinityTerm, ...] = ()
+    required_anti: tuple[PodAffinityTerm, ...] = ()
+    preferred_anti: tuple[WeightedPodAffinityTerm, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.required or self.preferred or self.required_anti or self.preferred_anti)
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """One ``topologySpreadConstraints`` entry, ``matchLabelKeys`` merged into ``selector``."""
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str = "DoNotSchedule"  # DoNotSchedule | ScheduleAnyway
+    selector: LabelSelector | None = None
+    min_domains: int | None = None
+    node_affinity_policy: str = "Honor"  # Honor | Ignore
+    node_taints_policy: str = "Ignore"  # Honor | Ignore
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A host port a container asks for: ``ip`` empty means every address (0.0.0.0)."""
+
+    port: int
+    protocol: str = "TCP"
+    ip: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodVolumes:
+    """What the pod's volumes ask of placement: the PersistentVolumeClaims it mounts (by
+    name, in its namespace; a generic ephemeral volume is the claim ``<pod>-<volume>``) and
+    the CSI drivers of its inline CSI volumes."""
+
+    claims: tuple[str, ...] = ()
+    inline_csi: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.claims or self.inline_csi)
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     """Everything about a pod that decides which nodes it may use, apart from resources.
 
@@ -132,6 +219,16 @@ class Pod:
     # Set when the adapter could not make sense of the pod (unparsable requests, conflicting
     # group declarations). The pod is accounted where it runs but never scheduled.
     invalid_reason: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    pod_affinity: PodAffinity = field(default_factory=PodAffinity)
+    spread: tuple[SpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
+    # spec.schedulingGates: while any is left the pod is not ready to be scheduled.
+    gates: tuple[str, ...] = ()
+    volumes: PodVolumes = field(default_factory=PodVolumes)
+    # A placement-relevant field gangsched does not implement, named with the reason
+    # (e.g. "spec.resourceClaims: ..."): accounted where it runs, never scheduled.
+    unsupported: str = ""
 
     @property
     def key(self) -> str:
@@ -140,6 +237,11 @@ class Pod:
     @property
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
+
+    @property
+    def refused(self) -> str:
+        """Why this pod is never scheduled (unreadable or unsupported), or ''."""
+        return self.invalid_reason or self.unsupported
 
 
 class GangMode(enum.StrEnum):

@@ -6,6 +6,11 @@ verdicts (labels, taints, flags) are cached per (Placement, node) until a node c
 members of a gang, which share one Placement, pay for them once. As in kube-scheduler, the
 search stops after ``nodes_to_score`` feasible nodes and the best of those wins; ties go to the
 node found first, so placements are deterministic.
+
+Plugins that look at other pods (inter-pod affinity, topology spread, host ports, volumes) run
+their PreFilter once per pod and their Filter on every candidate that passed the cheaper
+filters. Normalizing scorers collect a raw score for every feasible node found and map them to
+0..100 before the weighted sum picks the winner.
 """
 
 from __future__ import annotations
@@ -14,7 +19,15 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from gangsched.core.cache import ClusterCache, NodeInfo
-from gangsched.core.framework import FilterPlugin, ScorePlugin, Status
+from gangsched.core.framework import (
+    Code,
+    CycleState,
+    FilterPlugin,
+    NormalizingScorePlugin,
+    PreFilterPlugin,
+    ScorePlugin,
+    Status,
+)
 from gangsched.core.model import Placement, Pod
 from gangsched.core.resources import GPU
 
@@ -25,14 +38,30 @@ class NodeFinder:
     def __init__(
         self,
         cache: ClusterCache,
-        filters: Sequence[FilterPlugin],
-        scorers: Sequence[tuple[ScorePlugin, int]],
+        filters: Sequence[FilterPlugin | PreFilterPlugin],
+        scorers: Sequence[tuple[ScorePlugin | NormalizingScorePlugin, int]],
         nodes_to_score: int = 100,
     ) -> None:
         self._cache = cache
-        self._static = [f for f in filters if f.static]
-        self._dynamic = [f for f in filters if not f.static]
-        self._scorers = [(s, w) for s, w in scorers if w > 0]
+        self._prefilters: list[PreFilterPlugin] = []
+        self._static: list[FilterPlugin] = []
+        self._dynamic: list[FilterPlugin] = []
+        for f in filters:
+            if isinstance(f, PreFilterPlugin):
+                self._prefilters.append(f)
+            elif f.static:
+                self._static.append(f)
+            else:
+                self._dynamic.append(f)
+        self._scorers: list[tuple[ScorePlugin, int]] = []
+        self._normalizing: list[tuple[NormalizingScorePlugin, int]] = []
+        for sc, w in scorers:
+            if w <= 0:
+                continue
+            if isinstance(sc, NormalizingScorePlugin):
+                self._normalizing.append((sc, w))
+            else:
+                self._scorers.append((sc, w))
         self._nodes_to_score = max(1, nodes_to_score)
         self._verdicts: dict[Placement, dict[str, Status]] = {}
         self._generation = -1
@@ -44,24 +73,57 @@ class NodeFinder:
         """The best feasible node for ``pod`` in the cache as it stands, or None."""
         self._refresh()
         verdicts = self._verdicts.setdefault(pod.placement, {})
+        state = CycleState()
+        stateful, failed = self._pre_filter(pod, state)
+        if failed is not None:
+            return None
+        normalizing = [
+            (p, w) for p, w in self._normalizing if p.pre_score(pod, state).code is not Code.SKIP
+        ]
         best: NodeInfo | None = None
         best_score = -1.0
         found = 0
+        feasible: list[tuple[NodeInfo, float]] = []
         for info in self._candidates(pod):
             if not self._feasible(pod, info, verdicts):
                 continue
+            if stateful and not all(f.filter_with(pod, info, state).ok for f in stateful):
+                continue
             found += 1
-            if self._scorers:
-                score = 0.0
-                for plugin, weight in self._scorers:
-                    score += weight * plugin.score(pod, info)
-            else:
-                score = 0.0
-            if score > best_score:
+            score = 0.0
+            for plugin, weight in self._scorers:
+                score += weight * plugin.score(pod, info)
+            if normalizing:
+                feasible.append((info, score))
+            elif score > best_score:
                 best, best_score = info, score
             if found >= self._nodes_to_score:
                 break
+        if normalizing and feasible:
+            totals = [score for _, score in feasible]
+            for norm, weight in normalizing:
+                raw = [norm.raw_score(pod, info, state) for info, _ in feasible]
+                norm.normalize(raw, state)
+                for i, value in enumerate(raw):
+                    totals[i] += weight * value
+            for (info, _), score in zip(feasible, totals, strict=True):
+                if score > best_score:
+                    best, best_score = info, score
         return best
+
+    def _pre_filter(
+        self, pod: Pod, state: CycleState
+    ) -> tuple[list[PreFilterPlugin], Status | None]:
+        """Run every PreFilter: (the plugins whose Filter must run, the first failure)."""
+        active: list[PreFilterPlugin] = []
+        for plugin in self._prefilters:
+            status = plugin.pre_filter(pod, state)
+            if status.code is Code.SKIP:
+                continue
+            if not status.ok:
+                return active, status
+            active.append(plugin)
+        return active, None
 
     def diagnose(self, pod: Pod) -> str:
         """Why no node fits, kube-scheduler style: '0/3 nodes are available: 2 Insufficient
@@ -69,6 +131,8 @@ class NodeFinder:
         on failure."""
         self._refresh()
         verdicts = self._verdicts.setdefault(pod.placement, {})
+        state = CycleState()
+        stateful, failed = self._pre_filter(pod, state)
         reasons: Counter[str] = Counter()
         total = 0
         for name in self._order:
@@ -76,14 +140,23 @@ class NodeFinder:
             if info is None or info.node is None:
                 continue
             total += 1
+            if failed is not None:
+                continue
             status = self._static_verdict(pod, info, verdicts)
             if status.ok:
                 for f in self._dynamic:
                     status = f.filter(pod, info)
                     if not status.ok:
                         break
+            if status.ok:
+                for sf in stateful:
+                    status = sf.filter_with(pod, info, state)
+                    if not status.ok:
+                        break
             if not status.ok:
                 reasons[status.reason] += 1
+        if failed is not None:
+            return f"0/{total} nodes are available: {failed.reason}."
         if not reasons:
             return f"0/{total} nodes are available."
         parts = ", ".join(

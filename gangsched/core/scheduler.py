@@ -11,12 +11,20 @@ Lifecycle of a gang's members: pending -> reserved (assumed in the cache) -> eit
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
 from gangsched.core.config import CoreConfig
-from gangsched.core.cycle import Attempt, GangCycle, MemberOrder, least_requests, shortage
+from gangsched.core.cycle import (
+    Attempt,
+    GangCycle,
+    MemberOrder,
+    gated_message,
+    least_requests,
+    shortage,
+)
 from gangsched.core.decisions import (
     BindGang,
     Binding,
@@ -39,7 +47,9 @@ __all__ = ["GangView", "Scheduler"]
 
 
 # Reasons for which no placement was tried: the gang has not started scheduling yet.
-_NOT_ATTEMPTED = frozenset({"WaitingForMembers", "PodGroupNotFound", "InvalidSpec"})
+_NOT_ATTEMPTED = frozenset(
+    {"WaitingForMembers", "PodGroupNotFound", "InvalidSpec", "SchedulingGated"}
+)
 
 
 def _bound_quorum(spec: GangSpec, h: Holdings) -> bool:
@@ -118,6 +128,17 @@ class Scheduler:
                 )
         return out
 
+    # ---- events: namespaces ------------------------------------------------------------
+    def namespace_upsert(self, name: str, labels: Mapping[str, str]) -> None:
+        """Namespace labels decide which pods an affinity term's namespaceSelector selects."""
+        old = self.cache.namespace_labels(name)
+        self.cache.upsert_namespace(name, labels)
+        if old is not None and dict(old) != dict(labels):
+            self.queue.wake(Wake.CLUSTER)
+
+    def namespace_delete(self, name: str) -> None:
+        self.cache.remove_namespace(name)
+
     # ---- events: pods ------------------------------------------------------------------
     def pod_upsert(self, pod: Pod) -> None:
         old = self.cache.pods.get(pod.uid)
@@ -145,10 +166,18 @@ class Scheduler:
             wg = self.permit.get(key)
             if wg is not None and pod.uid in wg.reserved and wg.reserved[pod.uid] != pod.node_name:
                 self.permit.drop_pod(key, pod.uid)
-        if is_pending(pod, self.cache) or pod.invalid_reason:
+        if is_pending(pod, self.cache) or pod.refused:
             self.queue.activate(key, self._sort_key(gang))
-            if new_member:
+            # A new member, or a member whose last scheduling gate was lifted, may be what
+            # the gang (or its gang group) waits for.
+            if new_member or (old is not None and old.gates):
                 self.queue.wake(None, self._group_of(gang))
+        elif pod.gates and not pod.node_name and not gang.satisfied_once:
+            # PreEnqueue: a gated pod never enters the queue; the gang says what it waits for.
+            h = holdings(gang, self.cache)
+            if gang.spec is not None and h.live < gang.spec.min_member:
+                gang.reason = "SchedulingGated"
+                gang.message = gated_message(gang.spec.min_member, h)
 
     def pod_delete(self, uid: str) -> None:
         pod = self.cache.pods.get(uid)
@@ -225,18 +254,15 @@ class Scheduler:
         self.cycles += 1
         h = holdings(gang, self.cache)
         if h.invalid:
-            out.append(
-                GangUnschedulable(
-                    key,
-                    tuple(_ref(p) for p in h.invalid),
-                    "InvalidPod",
-                    "; ".join(f"{p.key}: {p.invalid_reason}" for p in h.invalid),
-                )
-            )
+            # Unreadable pods are InvalidPod; readable ones asking for what gangsched does not
+            # implement are Unsupported. Either way the field is named and nothing is bound.
+            reason = "InvalidPod" if any(p.invalid_reason for p in h.invalid) else "Unsupported"
+            message = "; ".join(f"{p.key}: {p.refused}" for p in h.invalid)
+            out.append(GangUnschedulable(key, tuple(_ref(p) for p in h.invalid), reason, message))
             for p in h.invalid:
                 gang.members.discard(p.uid)
-            gang.reason = "InvalidPod"
-            gang.message = "; ".join(f"{p.key}: {p.invalid_reason}" for p in h.invalid)
+            gang.reason = reason
+            gang.message = message
         if gang.spec is not None and _bound_quorum(gang.spec, h):
             gang.satisfied_once = True
         if not h.pending:

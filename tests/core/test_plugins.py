@@ -6,8 +6,16 @@ from dataclasses import dataclass
 
 import pytest
 
-from gangsched.core.cache import NodeInfo
-from gangsched.core.framework import Code, FilterPlugin, ScorePlugin
+from gangsched.core.cache import ClusterCache, NodeInfo
+from gangsched.core.framework import (
+    Code,
+    CycleState,
+    FilterPlugin,
+    NormalizingScorePlugin,
+    PluginContext,
+    PreFilterPlugin,
+    ScorePlugin,
+)
 from gangsched.core.model import Pod, Taint, Toleration
 from gangsched.core.plugins import (
     DEFAULT_FILTERS,
@@ -25,7 +33,6 @@ from gangsched.core.plugins import (
     TaintTolerationScore,
 )
 from gangsched.core.plugins.taint_toleration import toleration_matches
-from gangsched.core.profile import CONTEXT_SCORERS
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from tests.core.builders import field, make_node, make_pod, missing_node, req, term
 
@@ -765,24 +772,44 @@ def test_default_score_weights() -> None:
         "TaintToleration": 1,
         "TaskTopology": 20,
     }
-    assert set(DEFAULT_SCORE_WEIGHTS) <= set(SCORERS) | CONTEXT_SCORERS
+    assert set(DEFAULT_SCORE_WEIGHTS) <= set(SCORERS)
+
+
+_CTX = PluginContext(ClusterCache(), lambda key: None)
 
 
 @pytest.mark.parametrize("name", sorted(FILTERS))
 def test_filter_factories(name: str) -> None:
-    plugin = FILTERS[name]()
+    """Every registered filter lets a pod with no constraints through on an empty node."""
+    plugin = FILTERS[name](_CTX)
     assert plugin.name == name
+    pod, node = make_pod("p").obj(), make_node("n1").cpu("1").info()
+    if isinstance(plugin, PreFilterPlugin):
+        state = CycleState()
+        pre = plugin.pre_filter(pod, state)
+        assert pre.ok or pre.code is Code.SKIP
+        if pre.ok:
+            assert plugin.filter_with(pod, node, state).ok
+        return
     assert plugin.static is (name != "NodeResourcesFit")
-    status = plugin.filter(make_pod("p").obj(), make_node("n1").cpu("1").info())
-    assert status.ok
+    assert plugin.filter(pod, node).ok
 
 
 @pytest.mark.parametrize("name", sorted(SCORERS))
 def test_score_factories(name: str) -> None:
-    plugin = SCORERS[name]()
+    plugin = SCORERS[name](_CTX)
     assert plugin.name == name
-    assert 0.0 <= plugin.score(make_pod("p").obj(), make_node("n1").cpu("1").info()) <= 100.0
+    pod, node = make_pod("p").obj(), make_node("n1").cpu("1").info()
+    if isinstance(plugin, NormalizingScorePlugin):
+        state = CycleState()
+        if plugin.pre_score(pod, state).code is Code.SKIP:
+            return
+        raw = [plugin.raw_score(pod, node, state)]
+        plugin.normalize(raw, state)
+        assert 0.0 <= raw[0] <= 100.0
+        return
+    assert 0.0 <= plugin.score(pod, node) <= 100.0
 
 
 def test_plugins_build_independent_instances() -> None:
-    assert FILTERS["NodeResourcesFit"]() is not FILTERS["NodeResourcesFit"]()
+    assert FILTERS["NodeResourcesFit"](_CTX) is not FILTERS["NodeResourcesFit"](_CTX)

@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gangsched.core.framework import FilterPlugin, ScorePlugin
+from gangsched.core.framework import (
+    FilterPlugin,
+    NormalizingScorePlugin,
+    PluginContext,
+    PreFilterPlugin,
+    ScorePlugin,
+)
 from gangsched.core.plugins.gpu_binpack import GPUBinPack
 from gangsched.core.plugins.least_allocated import LeastAllocated
 from gangsched.core.plugins.node_affinity import NodeAffinity, NodeAffinityScore
@@ -13,6 +19,7 @@ from gangsched.core.plugins.node_name import NodeName
 from gangsched.core.plugins.node_unschedulable import NodeUnschedulable
 from gangsched.core.plugins.noderesources_fit import NodeResourcesFit
 from gangsched.core.plugins.taint_toleration import TaintToleration, TaintTolerationScore
+from gangsched.core.plugins.task_topology import TaskTopology
 
 __all__ = [
     "DEFAULT_FILTERS",
@@ -28,24 +35,31 @@ __all__ = [
     "NodeUnschedulable",
     "TaintToleration",
     "TaintTolerationScore",
+    "TaskTopology",
 ]
 
-FILTERS: dict[str, Callable[[], FilterPlugin]] = {
-    NodeUnschedulable.name: NodeUnschedulable,
-    NodeName.name: NodeName,
-    TaintToleration.name: TaintToleration,
-    NodeAffinity.name: NodeAffinity,
-    NodeResourcesFit.name: NodeResourcesFit,
+# Factories by plugin name: each gets the PluginContext (cache, gang specs, settings).
+FilterFactory = Callable[[PluginContext], FilterPlugin | PreFilterPlugin]
+ScoreFactory = Callable[[PluginContext], ScorePlugin | NormalizingScorePlugin]
+
+FILTERS: dict[str, FilterFactory] = {
+    NodeUnschedulable.name: lambda ctx: NodeUnschedulable(),
+    NodeName.name: lambda ctx: NodeName(),
+    TaintToleration.name: lambda ctx: TaintToleration(),
+    NodeAffinity.name: lambda ctx: NodeAffinity(),
+    NodeResourcesFit.name: lambda ctx: NodeResourcesFit(),
 }
 
-SCORERS: dict[str, Callable[[], ScorePlugin]] = {
-    GPUBinPack.name: GPUBinPack,
-    LeastAllocated.name: LeastAllocated,
-    NodeAffinityScore.name: NodeAffinityScore,
-    TaintTolerationScore.name: TaintTolerationScore,
+SCORERS: dict[str, ScoreFactory] = {
+    GPUBinPack.name: lambda ctx: GPUBinPack(),
+    LeastAllocated.name: lambda ctx: LeastAllocated(),
+    NodeAffinityScore.name: lambda ctx: NodeAffinityScore(),
+    TaintTolerationScore.name: lambda ctx: TaintTolerationScore(),
+    TaskTopology.name: lambda ctx: TaskTopology(ctx.cache, ctx.gangs),
 }
 
-# Cheapest and most decisive first: the static ones are cached per (Placement, node) anyway.
+# Cheapest and most decisive first: the static ones are cached per (Placement, node) anyway;
+# the ones that look at other pods run last, on the nodes the others let through.
 DEFAULT_FILTERS: tuple[str, ...] = (
     "NodeUnschedulable",
     "NodeName",
@@ -59,7 +73,7 @@ DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
     "LeastAllocated": 1,
     "NodeAffinity": 2,
     "TaintToleration": 1,
-    "TaskTopology": 20,  # built by the profile with the scheduler's state (task_topology.py)
+    "TaskTopology": 20,
 }
 
 if TYPE_CHECKING:
