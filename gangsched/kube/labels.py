@@ -15,18 +15,18 @@ XK8S_GROUP = "scheduling.x-k8s.io"
 XK8S_VERSION = "v1alpha1"
 XK8S_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
-# Volcano / kube-batch (seed 001) and seed 004
+# Volcano / kube-batch, and annotation-only gangs (group-name + group-pod-num)
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_VERSION = "v1beta1"
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 GROUP_POD_NUM_ANNOTATION = "scheduling.k8s.io/group-pod-num"
 VOLCANO_TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
 
-# seed 000 (Coscheduling proposal)
+# scheduler-plugins' original Coscheduling proposal
 POD_GROUP_NAME_LABEL = "pod-group/name"
 POD_GROUP_MIN_LABEL = "pod-group/min-available"
 
-# Koordinator (seed 002)
+# Koordinator
 KOORD = "gang.scheduling.koordinator.sh"
 KOORD_NAME = f"{KOORD}/name"
 KOORD_MIN = f"{KOORD}/min-available"

@@ -8,8 +8,8 @@ different gangs through different conventions is refused (it gets an event and s
    ``scheduling.x-k8s.io/v1alpha1``, read when that CRD is installed);
 3. Volcano / kube-batch: annotation ``scheduling.k8s.io/group-name`` (PodGroup
    ``scheduling.volcano.sh/v1beta1`` when installed); with ``scheduling.k8s.io/group-pod-num``
-   and no such PodGroup, the annotations alone declare the gang (seed 004);
-4. labels ``pod-group/name`` + ``pod-group/min-available`` (seed 000);
+   and no such PodGroup, the annotations alone declare the gang;
+4. labels ``pod-group/name`` + ``pod-group/min-available`` (scheduler-plugins' original Coscheduling proposal);
 5. Koordinator: annotations ``gang.scheduling.koordinator.sh/{name,min-available,
    waiting-time,total-number,mode,groups}``.
 
@@ -34,8 +34,8 @@ class Source:
     GANGSCHED = "gangsched"
     XK8S = "scheduler-plugins"
     VOLCANO = "volcano"
-    ANNOTATIONS = "annotations"  # seed 004
-    LABELS = "labels"  # seed 000
+    ANNOTATIONS = "annotations"  # group-name + group-pod-num, no PodGroup object
+    LABELS = "labels"  # pod-group/name + pod-group/min-available
     KOORDINATOR = "koordinator"
 
 

@@ -37,7 +37,7 @@ def workers(n: int, role: str = "", cpu: str = "4", gpus: int = 1) -> dict[str, 
     return {"count": n, "role": role, "cpu": cpu, "memory": "8Gi", "gpus": gpus}
 
 
-# ---- roles (seed 002 bundles, Volcano minTaskMember) ----------------------------------------
+# ---- roles (Koordinator bundles, Volcano minTaskMember) ----------------------------------------
 def test_every_role_must_reach_its_own_minimum(tmp_path: Path) -> None:
     nodes = [{"name": "n", "cpu": "64", "memory": "256Gi", "gpus": 8}]
     pods = [workers(2, "ps", cpu="40", gpus=0), workers(2, "worker")]
@@ -52,7 +52,7 @@ def test_every_role_must_reach_its_own_minimum(tmp_path: Path) -> None:
     assert (out["gangs_bound"], out["pods_bound"], out["partial_gangs"]) == (1, 4, 0)
 
 
-# ---- Strict and NonStrict (seed 002) --------------------------------------------------------
+# ---- Strict and NonStrict (Koordinator) --------------------------------------------------------
 def test_nonstrict_holds_partial_placements_until_the_timeout(tmp_path: Path) -> None:
     nodes = [{"name": "n", "cpu": "64", "memory": "256Gi", "gpus": 2}]
     later = {"name": "later", "arrival": 5, "duration": 10, "cpu": "1", "memory": "1Gi", "gpus": 1}
@@ -97,7 +97,7 @@ def test_a_gang_group_binds_together_or_not_at_all(tmp_path: Path) -> None:
     assert out["partial_gangs"] == 0
 
 
-# ---- task topology (seed 003) ---------------------------------------------------------------
+# ---- task topology (Volcano) ---------------------------------------------------------------
 def test_topology_puts_ps_and_workers_together(tmp_path: Path) -> None:
     workload = yaml.safe_load((EXAMPLES / "ps-worker.yaml").read_text())
     with_topology = run(tmp_path, workload)

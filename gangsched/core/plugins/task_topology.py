@@ -1,4 +1,4 @@
-"""Task topology within a gang (seed 003, Volcano's task-topology "bucket" plugin).
+"""Task topology within a gang (Volcano's task-topology "bucket" plugin).
 
 A gang's spec names roles that should share nodes (``affinity: [[ps, worker]]``; a group of
 one role means the role is affine to itself) and roles that should not
