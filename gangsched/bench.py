@@ -3,6 +3,13 @@
 Every pod and node goes through the same event methods the watch adapter calls; every bind is
 confirmed back as the API would (a pod update carrying the node name). Timed: ingesting the
 pods, every gang cycle, and the confirmations. Not timed: building the node inventory.
+
+``--constraint`` gives every pod one constraint on the gang's own label (``bench/gang``):
+``anti-affinity`` (required pod anti-affinity on ``kubernetes.io/hostname``: one member per
+node), ``zone-spread`` (a DoNotSchedule topology spread constraint over
+``topology.kubernetes.io/zone`` with maxSkew 1) or ``host-port`` (every member asks for host
+port 29500, so members need distinct nodes). Uniform nodes carry hostname labels and are spread
+over ``--zones`` zones.
 """
 
 from __future__ import annotations
@@ -19,7 +26,17 @@ from typing import Any
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, GangUnschedulable
-from gangsched.core.model import GangSpec, Node, Pod, PodPhase
+from gangsched.core.model import (
+    GangSpec,
+    HostPort,
+    LabelSelector,
+    Node,
+    Pod,
+    PodAffinity,
+    PodAffinityTerm,
+    PodPhase,
+    SpreadConstraint,
+)
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
 
@@ -28,14 +45,46 @@ __all__ = ["bench", "run_bench"]
 GI = 2**30
 
 
-def _uniform_nodes(n: int, gpus: int) -> list[Node]:
+CONSTRAINTS = ("none", "anti-affinity", "zone-spread", "host-port")
+HOSTNAME = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+GANG_LABEL = "bench/gang"
+
+
+def _uniform_nodes(n: int, gpus: int, zones: int = 10) -> list[Node]:
     alloc = {CPU: 128_000, MEMORY: 1024 * GI, PODS: 110}
     if gpus:
         alloc[GPU] = gpus
-    return [Node(f"node-{i:05d}", dict(alloc)) for i in range(n)]
+    return [
+        Node(
+            f"node-{i:05d}",
+            dict(alloc),
+            labels={HOSTNAME: f"node-{i:05d}", ZONE: f"zone-{i % max(1, zones)}"},
+        )
+        for i in range(n)
+    ]
 
 
-def bench(nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int) -> dict[str, Any]:
+def _constrained(pod: Pod, gang: str, constraint: str) -> Pod:
+    """``pod`` with the benchmark's constraint on its gang's label."""
+    if constraint == "none":
+        return pod
+    labels = {GANG_LABEL: gang}
+    mates = LabelSelector(match_labels=((GANG_LABEL, gang),))
+    if constraint == "anti-affinity":
+        term = PodAffinityTerm(HOSTNAME, mates, frozenset({pod.namespace}))
+        return replace(pod, labels=labels, pod_affinity=PodAffinity(required_anti=(term,)))
+    if constraint == "zone-spread":
+        spread = (SpreadConstraint(1, ZONE, "DoNotSchedule", mates),)
+        return replace(pod, labels=labels, spread=spread)
+    if constraint == "host-port":
+        return replace(pod, labels=labels, host_ports=(HostPort(29500),))
+    raise ValueError(f"unknown constraint {constraint!r}; known: {', '.join(CONSTRAINTS)}")
+
+
+def bench(
+    nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int, constraint: str = "none"
+) -> dict[str, Any]:
     clock = FakeClock(1_000.0)
     sched = Scheduler(CoreConfig(), clock)
     for node in nodes:
@@ -55,6 +104,7 @@ def bench(nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int) -> di
         for i in range(gang_size):
             uid = f"{g:06d}-{i:03d}"
             pod = Pod(uid, "bench", f"gang-{g:06d}-{i}", dict(request), created=float(g), group=key)
+            pod = _constrained(pod, key, constraint)
             by_uid[uid] = pod
             sched.pod_upsert(pod)
     t_ingest = time.perf_counter()
@@ -81,6 +131,7 @@ def bench(nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int) -> di
         "pods": gangs * gang_size,
         "gangs": gangs,
         "gang_size": gang_size,
+        "constraint": constraint,
         "pods_bound": bound,
         "gangs_bound": len(cycle_ms),
         "seconds": round(total, 3),
@@ -105,9 +156,12 @@ def run_bench(args: argparse.Namespace) -> str:
         nodes = read_trace_nodes(resolve_trace(args.trace, Path.cwd()), None)
         source = args.trace
     else:
-        nodes = _uniform_nodes(args.nodes, args.gpus_per_node)
+        nodes = _uniform_nodes(args.nodes, args.gpus_per_node, args.zones)
         source = "uniform"
-    runs = [bench(nodes, args.pods, args.gang_size, args.gpus_per_pod) for _ in range(args.repeat)]
+    runs = [
+        bench(nodes, args.pods, args.gang_size, args.gpus_per_pod, args.constraint)
+        for _ in range(args.repeat)
+    ]
     best = max(runs, key=lambda r: r["pods_per_second"])
     best["inventory"] = source
     cmd = (
@@ -119,6 +173,8 @@ def run_bench(args: argparse.Namespace) -> str:
             f"gangsched bench --trace {args.trace} --gang-size {args.gang_size} "
             f"--gpus-per-pod {args.gpus_per_pod} --pods {args.pods}"
         )
+    if args.constraint != "none":
+        cmd += f" --constraint {args.constraint}"
     best["command"] = cmd + (" --json" if args.json else "")
     if args.json:
         return json.dumps(best, sort_keys=True)

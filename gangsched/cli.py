@@ -58,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--pods", type=int, default=10000)
     b.add_argument("--trace", help="node inventory CSV instead of uniform nodes")
     b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
+    b.add_argument(
+        "--constraint",
+        choices=("none", "anti-affinity", "zone-spread", "host-port"),
+        default="none",
+        help="one constraint on every pod, on its gang's label (see docs/benchmarks.md)",
+    )
+    b.add_argument("--zones", type=int, default=10, help="zones the uniform nodes spread over")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)
 

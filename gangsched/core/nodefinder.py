@@ -43,6 +43,7 @@ class NodeFinder:
         nodes_to_score: int = 100,
     ) -> None:
         self._cache = cache
+        self._filter_names = frozenset(f.name for f in filters)
         self._prefilters: list[PreFilterPlugin] = []
         self._static: list[FilterPlugin] = []
         self._dynamic: list[FilterPlugin] = []
@@ -67,6 +68,33 @@ class NodeFinder:
         self._generation = -1
         self._order: list[str] = []
         self._next_start = 0
+
+    def unhonoured(self, pod: Pod) -> str:
+        """The first field of ``pod`` whose filter the configuration left out, named with the
+        plugin, or ''. Such a pod is refused: placing it while ignoring a required constraint
+        would break a guarantee the pod spec asks for."""
+        enabled = self._filter_names
+        p = pod.placement
+        checks = (
+            ("NodeAffinity", "spec.nodeSelector", bool(p.node_selector)),
+            ("NodeAffinity", "spec.affinity.nodeAffinity", p.affinity.required is not None),
+            (
+                "InterPodAffinity",
+                "spec.affinity.podAffinity",
+                bool(pod.pod_affinity.required or pod.pod_affinity.required_anti),
+            ),
+            (
+                "PodTopologySpread",
+                "spec.topologySpreadConstraints",
+                any(c.when_unsatisfiable == "DoNotSchedule" for c in pod.spread),
+            ),
+            ("NodePorts", "hostPort", bool(pod.host_ports)),
+            ("VolumeBinding", "spec.volumes", bool(pod.volumes.claims)),
+        )
+        for plugin, field, needed in checks:
+            if needed and plugin not in enabled:
+                return f"{field}: the {plugin} filter is disabled in gangsched's configuration"
+        return ""
 
     # ---- the hot path ------------------------------------------------------------------
     def find(self, pod: Pod) -> NodeInfo | None:

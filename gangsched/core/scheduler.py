@@ -141,6 +141,12 @@ class Scheduler:
 
     # ---- events: pods ------------------------------------------------------------------
     def pod_upsert(self, pod: Pod) -> None:
+        if (
+            not pod.refused
+            and not pod.node_name
+            and pod.scheduler_name == self.config.scheduler_name
+        ):
+            pod.unsupported = self.finder.unhonoured(pod)
         old = self.cache.pods.get(pod.uid)
         self.cache.upsert_pod(pod)
         if (
