@@ -121,7 +121,9 @@ async def build_app(settings: Settings) -> App:
     outbox = Outbox()
     instance = f"{socket.gethostname()}-{os.getpid()}"
     reporter = Reporter(client, outbox, instance)
-    binder = Binder(client, core.bind_failed, retries=settings.bind_retries)
+    binder = Binder(
+        client, core.bind_failed, retries=settings.bind_retries, volumes=core.cache.volumes
+    )
     metrics = Metrics()
     service = SchedulerService(core, client, binder, reporter, metrics)
     status = (

@@ -14,13 +14,60 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from gangsched.core.config import CoreConfig
+from gangsched.core.framework import PluginSettings
+from gangsched.core.model import SpreadConstraint
 from gangsched.core.plugins import FILTERS, SCORERS
 
-__all__ = ["ConfigError", "Settings", "load_settings"]
+__all__ = ["ConfigError", "DefaultSpreadConstraint", "Settings", "load_settings"]
 
 
 class ConfigError(ValueError):
     pass
+
+
+class DefaultSpreadConstraint(BaseModel):
+    """One entry of ``defaultSpreadConstraints``: kube-scheduler's PodTopologySpread
+    ``defaultConstraints``, a topologySpreadConstraint without a selector."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+    max_skew: int = Field(ge=1)
+    topology_key: str = Field(min_length=1, max_length=316)
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
+    min_domains: int | None = Field(None, ge=1)
+    node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
+    node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_selector(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in ("labelSelector", "matchLabelKeys"):
+                if key in data:
+                    raise ValueError(
+                        f"{key}: a default constraint must not set a selector; it counts the "
+                        "pods of the incoming pod's gang"
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> DefaultSpreadConstraint:
+        if self.min_domains is not None and self.when_unsatisfiable != "DoNotSchedule":
+            raise ValueError("minDomains can only be set with whenUnsatisfiable DoNotSchedule")
+        return self
+
+    def core(self) -> SpreadConstraint:
+        return SpreadConstraint(
+            max_skew=self.max_skew,
+            topology_key=self.topology_key,
+            when_unsatisfiable=self.when_unsatisfiable,
+            selector=None,
+            min_domains=self.min_domains,
+            node_affinity_policy=self.node_affinity_policy,
+            node_taints_policy=self.node_taints_policy,
+        )
 
 
 class Settings(BaseModel):
@@ -41,6 +88,9 @@ class Settings(BaseModel):
     nodes_to_score: int = Field(100, ge=1, le=100_000)
     filters: list[str] = Field(default_factory=lambda: list(CoreConfig().filters), min_length=1)
     score_weights: dict[str, int] = Field(default_factory=lambda: dict(CoreConfig().score_weights))
+    # Plugin arguments (kube-scheduler's pluginConfig)
+    hard_pod_affinity_weight: int = Field(1, ge=0, le=100)
+    default_spread_constraints: list[DefaultSpreadConstraint] = Field(default_factory=list)
     # API client
     api_qps: float = Field(50.0, ge=0)
     api_burst: int = Field(100, ge=1)
@@ -83,6 +133,15 @@ class Settings(BaseModel):
             raise ValueError(f"scoreWeights: unknown plugin(s) {bad}; known: {known}")
         if any(w < 0 for w in self.score_weights.values()):
             raise ValueError("scoreWeights: weights must be >= 0")
+        seen: set[tuple[str, str]] = set()
+        for i, c in enumerate(self.default_spread_constraints):
+            pair = (c.topology_key, c.when_unsatisfiable)
+            if pair in seen:
+                raise ValueError(
+                    f"defaultSpreadConstraints.{i}: duplicate topologyKey {c.topology_key!r} "
+                    f"with whenUnsatisfiable {c.when_unsatisfiable}"
+                )
+            seen.add(pair)
         return self
 
     def core(self) -> CoreConfig:
@@ -96,6 +155,10 @@ class Settings(BaseModel):
             nodes_to_score=self.nodes_to_score,
             filters=tuple(self.filters),
             score_weights=dict(self.score_weights),
+            plugin_settings=PluginSettings(
+                hard_pod_affinity_weight=self.hard_pod_affinity_weight,
+                default_spread_constraints=tuple(c.core() for c in self.default_spread_constraints),
+            ),
         )
 
 
@@ -111,8 +174,11 @@ def _from_env(env: dict[str, str]) -> dict[str, Any]:
             continue
         if info.annotation in (list[str],):
             out[name] = [x.strip() for x in raw.split(",") if x.strip()]
-        elif name == "score_weights":
-            out[name] = yaml.safe_load(raw)
+        elif name in ("score_weights", "default_spread_constraints"):
+            try:
+                out[name] = yaml.safe_load(raw)
+            except yaml.YAMLError as e:
+                raise ConfigError(f"{_env_name(name)}: not valid YAML: {e}") from None
         else:
             out[name] = raw
     return out

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from gangsched.core.model import HostPort, Node, Pod
 from gangsched.core.podindex import PodIndex, TermIndex
 from gangsched.core.resources import GPU, ResourceList, add_into, sub_into
+from gangsched.core.volumes import VolumeCatalog
 
 __all__ = ["ClusterCache", "NodeInfo"]
 
@@ -64,6 +65,9 @@ class ClusterCache:
         self.term_index = TermIndex()
         self.namespaces: dict[str, Mapping[str, str]] = {}  # namespace -> labels
         self._counted_ports: dict[str, tuple[HostPort, ...]] = {}
+        # Claims, volumes, storage classes and CSINodes, with the volume plans of reserved
+        # pods (core/volumes.py).
+        self.volumes = VolumeCatalog()
 
     # ---- nodes -------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
@@ -128,6 +132,7 @@ class ClusterCache:
 
     def remove_pod(self, uid: str) -> Pod | None:
         self.assumed.pop(uid, None)
+        self.volumes.forget(uid)
         self._count(uid, "", {})
         return self.pods.pop(uid, None)
 
@@ -135,9 +140,14 @@ class ClusterCache:
         pod = self.pods[uid]
         self.assumed[uid] = node
         self._count(uid, self._target(pod), pod.requests)
+        if pod.volumes.claims:
+            info = self.nodes.get(node)
+            labels = info.node.labels if info is not None and info.node is not None else {}
+            self.volumes.assume(pod, node, labels)
 
     def forget(self, uid: str) -> None:
         """Drop a reservation. Idempotent; a pod the API has bound is left counted."""
+        self.volumes.forget(uid)
         if self.assumed.pop(uid, None) is None:
             return
         pod = self.pods.get(uid)
@@ -176,6 +186,7 @@ class ClusterCache:
             del self._counted_on[uid]
             self.pod_index.remove(uid)
             self.term_index.remove(uid)
+            self.volumes.uncount(uid)
             ports = self._counted_ports.pop(uid, ())
             for port in ports:
                 left = info.ports[port] - 1
@@ -203,6 +214,8 @@ class ClusterCache:
             if pod is not None:
                 self.pod_index.add(pod)
                 self.term_index.add(pod)
+                if pod.volumes.claims:
+                    self.volumes.count(pod)
                 if pod.host_ports:
                     self._counted_ports[uid] = pod.host_ports
                     for port in pod.host_ports:

@@ -184,7 +184,8 @@ def shortage(
 def gated_message(min_member: int, h: Holdings) -> str:
     gates = sorted({g for p in h.gated for g in p.gates})
     return (
-        f"{len(h.gated)} member(s) wait for scheduling gates ({', '.join(gates)}); "
+        f"{len(h.gated)} member(s) wait for scheduling gates "
+        f"(spec.schedulingGates: {', '.join(gates)}); "
         f"{h.live} of {min_member} members are ready to schedule"
     )
 

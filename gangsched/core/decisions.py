@@ -8,6 +8,7 @@ from dataclasses import dataclass
 __all__ = [
     "BindGang",
     "Binding",
+    "ClaimBinding",
     "Decision",
     "GangTimedOut",
     "GangUnschedulable",
@@ -30,11 +31,30 @@ class Binding:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimBinding:
+    """PreBind for one PersistentVolumeClaim, as kube-scheduler's volume binder does it:
+    pre-bind the static PersistentVolume ``volume`` to the claim (its ``claimRef``), or, when
+    ``volume`` is empty, ask for the claim to be provisioned on ``node`` (the
+    ``volume.kubernetes.io/selected-node`` annotation); then wait until the claim is bound."""
+
+    namespace: str
+    claim: str
+    claim_uid: str
+    node: str
+    volume: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class BindGang:
-    """Bind all of these now. The gang has reached quorum with these reservations."""
+    """Bind all of these now. The gang has reached quorum with these reservations.
+
+    ``volumes`` must be carried out first, for the whole gang: only once every claim is bound
+    are the pods bound; if that fails or times out, no pod is bound and every reservation is
+    released (``bind_failed``)."""
 
     gang: str
     bindings: tuple[Binding, ...]
+    volumes: tuple[ClaimBinding, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,10 +165,12 @@ class HostPort:
 class PodVolumes:
     """What the pod's volumes ask of placement: the PersistentVolumeClaims it mounts (by
     name, in its namespace; a generic ephemeral volume is the claim ``<pod>-<volume>``) and
-    the CSI drivers of its inline CSI volumes."""
+    the CSI drivers of its inline CSI volumes. ``ephemeral`` names the claims of ``claims``
+    that come from generic ephemeral volumes (created for, and owned by, the pod)."""
 
     claims: tuple[str, ...] = ()
     inline_csi: tuple[str, ...] = ()
+    ephemeral: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.claims or self.inline_csi)

@@ -42,6 +42,7 @@ from gangsched.core.plugins.task_topology import bucket_order
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
 from gangsched.core.resources import ResourceList, add_into, format_amount
+from gangsched.core.volumes import Claim, CSINode, PersistentVolume, StorageClass
 
 __all__ = ["GangView", "Scheduler"]
 
@@ -138,6 +139,37 @@ class Scheduler:
 
     def namespace_delete(self, name: str) -> None:
         self.cache.remove_namespace(name)
+
+    # ---- events: storage ---------------------------------------------------------------
+    # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes decide where
+    # pods with volumes fit: any change may help a gang that failed on cluster state.
+    def claim_upsert(self, claim: Claim) -> None:
+        self._storage_changed(self.cache.volumes.upsert_claim(claim))
+
+    def claim_delete(self, namespace: str, name: str) -> None:
+        self._storage_changed(self.cache.volumes.remove_claim(namespace, name))
+
+    def volume_upsert(self, pv: PersistentVolume) -> None:
+        self._storage_changed(self.cache.volumes.upsert_volume(pv))
+
+    def volume_delete(self, name: str) -> None:
+        self._storage_changed(self.cache.volumes.remove_volume(name))
+
+    def storage_class_upsert(self, sc: StorageClass) -> None:
+        self._storage_changed(self.cache.volumes.upsert_class(sc))
+
+    def storage_class_delete(self, name: str) -> None:
+        self._storage_changed(self.cache.volumes.remove_class(name))
+
+    def csinode_upsert(self, csi: CSINode) -> None:
+        self._storage_changed(self.cache.volumes.upsert_csi_node(csi))
+
+    def csinode_delete(self, name: str) -> None:
+        self._storage_changed(self.cache.volumes.remove_csi_node(name))
+
+    def _storage_changed(self, changed: bool) -> None:
+        if changed:
+            self.queue.wake(Wake.CLUSTER)
 
     # ---- events: pods ------------------------------------------------------------------
     def pod_upsert(self, pod: Pod) -> None:
@@ -279,6 +311,12 @@ class Scheduler:
             self._fail(gang, reason, blocked, wake)
             out.append(GangUnschedulable(key, tuple(_ref(p) for p in h.pending), reason, blocked))
             return out
+        waiting = self._volumes_waiting(gang, h.pending)
+        if waiting:
+            self._fail(gang, "Unschedulable", waiting, Wake.CLUSTER)
+            refs = tuple(_ref(p) for p in h.pending)
+            out.append(GangUnschedulable(key, refs, "Unschedulable", waiting))
+            return out
         attempt = self.cycle.run(gang, h)
         if attempt.reason not in _NOT_ATTEMPTED and gang.schedule_start is None:
             gang.schedule_start = self.clock.now()
@@ -408,6 +446,23 @@ class Scheduler:
             f"together; {format_amount(res, max(free, 0))} free in ready nodes"
         )
 
+    def _volumes_waiting(self, gang: Gang, pending: list[Pod]) -> str:
+        """A member whose claims keep it from being scheduled at all (missing, or unbound and
+        not WaitForFirstConsumer) holds the whole gang back: no member is placed or bound
+        until it can be. Returns the message (kube-scheduler's for that pod), or ''."""
+        spec = gang.spec
+        if spec is None or spec.invalid_reason or "VolumeBinding" not in self.config.filters:
+            return ""
+        volumes = self.cache.volumes
+        waiting = [p for p in pending if p.volumes.claims and volumes.waiting(p)]
+        if not waiting:
+            return ""
+        first = waiting[0]
+        return (
+            f"{len(waiting)}/{len(pending)} pending pods of the gang wait for their volumes, "
+            f"so no member is bound: {first.key}: {self.finder.diagnose(first)}"
+        )
+
     def _note_bound(self, gang: Gang) -> None:
         """A member was bound: has the gang now been satisfied (once)?"""
         spec = gang.spec
@@ -511,7 +566,8 @@ class Scheduler:
         bindings = tuple(
             Binding(_ref(pods[uid]), node) for uid, node in sorted(reserved.items()) if uid in pods
         )
-        return BindGang(gang.key, bindings)
+        volumes = self.cache.volumes.prebind(uid for uid in sorted(reserved) if uid in pods)
+        return BindGang(gang.key, bindings, volumes)
 
     def _release(self, key: str, reason: str, message: str) -> list[Decision]:
         """Give back everything a waiting gang holds. Idempotent."""

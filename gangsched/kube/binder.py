@@ -10,18 +10,39 @@ mistake. Outcomes per pod:
 - 404 / UID mismatch: the pod is gone; its reservation is dropped.
 - 0 / 429 / 5xx: retried with backoff, then given up: the reservation is dropped and the gang
   retried. Pods cannot be unbound, so members already bound stay bound.
+
+PreBind (``BindGang.volumes``), before any pod of the gang is bound, as kube-scheduler's
+volume binder does it for one pod: each static PersistentVolume is pre-bound to its claim
+(``spec.claimRef``, with ``pv.kubernetes.io/bound-by-controller``; read first, and patched at
+that resourceVersion, so a volume someone else took meanwhile is never taken over), then each
+claim to provision gets ``volume.kubernetes.io/selected-node``; then the binder waits, up to
+``volume_bind_timeout``, until the PV controller and the provisioners have bound every claim
+(``spec.volumeName`` and ``pv.kubernetes.io/bind-completed``), watching the volume catalog the
+reflectors keep. If a write fails, the wait times out, a claim is deleted, a provisioner
+gives up (removes the selected node) or a pre-bound volume loses its claimRef, no pod is bound
+and every reservation of the gang is released (``on_failure`` for each pod), so the gang is
+retried whole. What was written stays written, as with kube-scheduler.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
-from gangsched.core.decisions import BindGang, Binding
+from gangsched.core.decisions import BindGang, Binding, ClaimBinding
+from gangsched.core.volumes import (
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    Claim,
+    PersistentVolume,
+    VolumeCatalog,
+)
 from gangsched.kube.client import ApiError, KubeClient
+from gangsched.kube.storage import claim_from, pv_from
 
 __all__ = ["BindResult", "Binder"]
 
@@ -42,15 +63,33 @@ class Binder:
         on_failure: Callable[[str, str], None],
         retries: int = 3,
         retry_delay: float = 0.5,
+        *,
+        volumes: VolumeCatalog | None = None,
+        volume_bind_timeout: float = 600.0,
+        volume_poll: float = 0.25,
     ) -> None:
         self._client = client
         self._on_failure = on_failure
         self._retries = retries
         self._delay = retry_delay
+        # The watched claims and volumes; without it the binder reads them from the API.
+        self._volumes = volumes
+        self._volume_timeout = volume_bind_timeout
+        self._volume_poll = volume_poll
         self.bound = 0
         self.failed = 0
 
     async def bind_gang(self, decision: BindGang) -> list[BindResult]:
+        if decision.volumes:
+            why = await self.bind_volumes(decision.volumes)
+            if why:
+                message = f"binding volumes: {why}"
+                log.warning("volume binding failed", gang=decision.gang, error=why)
+                failed = [BindResult(b, False, message) for b in decision.bindings]
+                for r in failed:
+                    self.failed += 1
+                    self._on_failure(r.binding.pod.uid, r.message)
+                return failed
         results = await asyncio.gather(*(self.bind_one(b) for b in decision.bindings))
         for r in results:
             if r.ok:
@@ -97,3 +136,152 @@ class Binder:
         if meta.get("uid") == pod.uid and node == b.node:
             return BindResult(b, True)
         return BindResult(b, False, f"already assigned to {node or 'another node'}: {err}")
+
+    # ---- PreBind: volumes ------------------------------------------------------------------
+    async def bind_volumes(self, claims: Sequence[ClaimBinding]) -> str:
+        """Write what the claims need, then wait until all are bound. '' on success, else
+        why not."""
+        for c in claims:
+            if c.volume:
+                why = await self._prebind_volume(c)
+                if why:
+                    return why
+        for c in claims:
+            if not c.volume:
+                why = await self._select_node(c)
+                if why:
+                    return why
+        return await self._wait_bound(claims)
+
+    async def _call(self, call: Callable[[], Any]) -> Any:
+        """An API call, retried like a binding on retriable errors."""
+        delay = self._delay
+        for attempt in range(self._retries + 1):
+            try:
+                return await call()
+            except ApiError as e:
+                if not e.retriable or attempt == self._retries:
+                    raise
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    async def _prebind_volume(self, c: ClaimBinding) -> str:
+        path = f"/api/v1/persistentvolumes/{c.volume}"
+        try:
+            pv = await self._call(lambda: self._client.get(path))
+        except ApiError as e:
+            return f'reading persistentvolume "{c.volume}": {e}'
+        meta = pv.get("metadata") or {}
+        ref = (pv.get("spec") or {}).get("claimRef")
+        ours = _refers_to(ref, c)
+        if isinstance(ref, Mapping) and not ours:
+            return (
+                f'persistentvolume "{c.volume}" is already bound to claim '
+                f"{ref.get('namespace', '')}/{ref.get('name', '')}"
+            )
+        patch_meta: dict[str, Any] = {"resourceVersion": meta.get("resourceVersion")}
+        annotations = meta.get("annotations") or {}
+        if not ours and ANN_BOUND_BY_CONTROLLER not in annotations:
+            patch_meta["annotations"] = {ANN_BOUND_BY_CONTROLLER: "yes"}
+        claim_ref = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "namespace": c.namespace,
+            "name": c.claim,
+        }
+        if c.claim_uid:
+            claim_ref["uid"] = c.claim_uid
+        body = {"metadata": patch_meta, "spec": {"claimRef": claim_ref}}
+        try:
+            await self._call(lambda: self._client.merge_patch(path, body))
+        except ApiError as e:
+            return f'binding persistentvolume "{c.volume}" to claim {c.namespace}/{c.claim}: {e}'
+        log.info("pre-bound volume", pv=c.volume, pvc=f"{c.namespace}/{c.claim}")
+        return ""
+
+    async def _select_node(self, c: ClaimBinding) -> str:
+        path = f"/api/v1/namespaces/{c.namespace}/persistentvolumeclaims/{c.claim}"
+        meta: dict[str, Any] = {"annotations": {ANN_SELECTED_NODE: c.node}}
+        if c.claim_uid:
+            meta["uid"] = c.claim_uid  # a claim recreated under the same name is refused
+        try:
+            await self._call(lambda: self._client.merge_patch(path, {"metadata": meta}))
+        except ApiError as e:
+            return f"selecting node {c.node} for claim {c.namespace}/{c.claim}: {e}"
+        log.info("selected node for provisioning", pvc=f"{c.namespace}/{c.claim}", node=c.node)
+        return ""
+
+    async def _wait_bound(self, claims: Sequence[ClaimBinding]) -> str:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._volume_timeout
+        seen: set[str] = set()  # claims whose write the watch has shown
+        while True:
+            done = True
+            for c in claims:
+                try:
+                    verdict = await self._check(c, seen)
+                except ApiError:
+                    verdict = None  # the API could not be asked: ask again, until the deadline
+                if verdict is None:
+                    done = False
+                elif verdict:
+                    return verdict
+            if done:
+                return ""
+            if loop.time() >= deadline:
+                return f"timed out after {self._volume_timeout:g}s waiting for claims to be bound"
+            await asyncio.sleep(self._volume_poll)
+
+    async def _check(self, c: ClaimBinding, seen: set[str]) -> str | None:
+        """'' when the claim is bound, None while it is not yet, else why it never will be
+        (kube-scheduler's checkBindings)."""
+        key = f"{c.namespace}/{c.claim}"
+        claim = await self._read_claim(c)
+        if claim is None:
+            return f'persistentvolumeclaim "{key}" was deleted'
+        if c.claim_uid and claim.uid and claim.uid != c.claim_uid:
+            return f'persistentvolumeclaim "{key}" was recreated'
+        if c.volume:
+            pv = await self._read_volume(c.volume)
+            ref = pv.claim_ref if pv is not None else None
+            if ref is not None and (ref.namespace, ref.name) == (c.namespace, c.claim):
+                seen.add(key)
+            elif key in seen:
+                return f'ClaimRef got reset for pv "{c.volume}"'
+        elif claim.selected_node == c.node:
+            seen.add(key)
+        elif key in seen:
+            return f'provisioning failed for PVC "{c.claim}"'
+        return "" if claim.bound else None
+
+    async def _read_claim(self, c: ClaimBinding) -> Claim | None:
+        if self._volumes is not None:
+            return self._volumes.claims.get(f"{c.namespace}/{c.claim}")
+        path = f"/api/v1/namespaces/{c.namespace}/persistentvolumeclaims/{c.claim}"
+        try:
+            return claim_from(await self._client.get(path))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def _read_volume(self, name: str) -> PersistentVolume | None:
+        if self._volumes is not None:
+            return self._volumes.volumes.get(name)
+        try:
+            return pv_from(await self._client.get(f"/api/v1/persistentvolumes/{name}"))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+
+def _refers_to(ref: object, c: ClaimBinding) -> bool:
+    """kube's IsVolumeBoundToClaim on a raw claimRef."""
+    if not isinstance(ref, Mapping):
+        return False
+    if ref.get("name") != c.claim or ref.get("namespace") != c.namespace:
+        return False
+    uid = ref.get("uid")
+    return not uid or uid == c.claim_uid

@@ -9,7 +9,8 @@ different gangs through different conventions is refused (it gets an event and s
 3. Volcano / kube-batch: annotation ``scheduling.k8s.io/group-name`` (PodGroup
    ``scheduling.volcano.sh/v1beta1`` when installed); with ``scheduling.k8s.io/group-pod-num``
    and no such PodGroup, the annotations alone declare the gang;
-4. labels ``pod-group/name`` + ``pod-group/min-available`` (scheduler-plugins' original Coscheduling proposal);
+4. labels ``pod-group/name`` + ``pod-group/min-available`` (scheduler-plugins' original
+   Coscheduling proposal);
 5. Koordinator: annotations ``gang.scheduling.koordinator.sh/{name,min-available,
    waiting-time,total-number,mode,groups}``.
 

@@ -88,19 +88,25 @@ class Reporter:
         )
 
     def unschedulable(self, pod: PodRef, reason: str, message: str) -> None:
-        """A FailedScheduling event and ``PodScheduled=False`` (reason Unschedulable), as
-        kube-scheduler does, with the gang's message."""
+        """A FailedScheduling event and ``PodScheduled=False``, as kube-scheduler does, with
+        the gang's reason and message (``<reason>: <message>``). The condition's reason is
+        Unschedulable, except for a gang held back by scheduling gates: SchedulingGated, the
+        reason the API server gives a gated pod, so that nothing (a cluster autoscaler) takes
+        the gang for one that needs more nodes. Refused pods (InvalidPod, Unsupported) get
+        the field that is wrong or not supported in the message."""
         self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
-        if self._conditions.get(pod.uid) == message:
+        condition_reason = "SchedulingGated" if reason == "SchedulingGated" else "Unschedulable"
+        signature = f"{condition_reason}/{reason}: {message}"
+        if self._conditions.get(pod.uid) == signature:
             return
-        self._conditions[pod.uid] = message
+        self._conditions[pod.uid] = signature
         body = {
             "status": {
                 "conditions": [
                     {
                         "type": "PodScheduled",
                         "status": "False",
-                        "reason": "Unschedulable",
+                        "reason": condition_reason,
                         "message": f"{reason}: {message}"[:4096],
                         "lastTransitionTime": rfc3339(),
                     }

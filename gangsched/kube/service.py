@@ -34,7 +34,9 @@ from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.reporter import Reporter
+from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.translate import (
+    namespace_from,
     node_from,
     pod_from,
     podgroup_from,
@@ -97,17 +99,21 @@ class SchedulerService:
         self._declarers: dict[str, str] = {}  # gang -> uid of the pod whose declaration stands
         self._gang_source: dict[str, str] = {}
         self._applied: dict[str, GangSpec] = {}
-        self._known: dict[str, set[str]] = {"nodes": set(), "pods": set()}
+        self._known: dict[str, set[str]] = {"nodes": set(), "pods": set(), "namespaces": set()}
         self.stats = ServiceStats()
         self.metrics = metrics or Metrics()
         self.last_turn = time.monotonic()
         self.reflectors = [
             Reflector(client, "/api/v1/nodes", self._on_node, name="nodes"),
             Reflector(client, "/api/v1/pods", self._on_pod, name="pods"),
+            # Namespace labels: what inter-pod affinity terms' namespaceSelector matches.
+            Reflector(client, "/api/v1/namespaces", self._on_namespace, name="namespaces"),
             *(
                 Reflector(client, path, self._crd_handler(src, fn), name=f"podgroups({src})")
                 for src, path, fn in CRD_SOURCES
             ),
+            # Claims, volumes, storage classes, CSINodes: where pods with volumes may go.
+            *storage_reflectors(client, core, self.poke),
         ]
         self.ready = asyncio.Event()
         self._relists_seen: dict[str, int] = {}
@@ -229,6 +235,27 @@ class SchedulerService:
         node = node_from(obj)
         self._known["nodes"].add(node.name)
         self.core.node_upsert(node)
+
+    def _on_namespace(self, kind: str, obj: JSON) -> None:
+        known = self._known["namespaces"]
+        if kind == "SYNC":
+            items = obj.get("items") or []
+            found = [namespace_from(i) for i in items]
+            for gone in known - {name for name, _ in found}:
+                self.core.namespace_delete(gone)
+            known.clear()
+            for name, labels in found:
+                known.add(name)
+                self.core.namespace_upsert(name, labels)
+        elif kind == "DELETED":
+            name, _ = namespace_from(obj)
+            known.discard(name)
+            self.core.namespace_delete(name)
+        else:
+            name, labels = namespace_from(obj)
+            known.add(name)
+            self.core.namespace_upsert(name, labels)
+        self.poke()
 
     def _on_pod(self, kind: str, obj: JSON) -> None:
         known = self._known["pods"]

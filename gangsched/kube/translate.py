@@ -3,29 +3,42 @@
 Nothing here raises on bad input: a pod that cannot be understood becomes a Pod with
 ``invalid_reason`` set (accounted where it runs, never scheduled, reported with an event); a
 PodGroup that cannot be understood becomes a GangSpec with ``invalid_reason`` set.
+
+A readable pod that asks for something gangsched does not implement (a placement-relevant
+field that one of kube-scheduler v1.36's default plugins acts on and the core has no plugin
+for) gets ``unsupported`` set, naming the field: it is refused the same way, never bound, and
+accounted where it runs. The pod's other fields are still read, so a bound pod of that kind
+keeps counting for host ports, inter-pod affinity and topology spread.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from gangsched.core.model import (
     AffinityTerm,
     GangMode,
     GangSpec,
+    HostPort,
+    LabelSelector,
     Node,
     NodeAffinity,
     Placement,
     Pod,
+    PodAffinity,
+    PodAffinityTerm,
     PodPhase,
+    PodVolumes,
     PreferredTerm,
     Requirement,
     RoleSpec,
+    SpreadConstraint,
     Taint,
     Toleration,
     TopologySpec,
+    WeightedPodAffinityTerm,
 )
 from gangsched.core.quantity import QuantityError
 from gangsched.core.resources import (
@@ -38,6 +51,7 @@ from gangsched.kube.membership import Membership, resolve_membership
 
 __all__ = [
     "SpecError",
+    "namespace_from",
     "node_from",
     "pod_from",
     "podgroup_from",
@@ -115,6 +129,11 @@ def _node_from(obj: Obj) -> Node:
     )
 
 
+def _namespace_from(obj: Obj) -> tuple[str, dict[str, str]]:
+    meta = _map(obj.get("metadata"), "metadata")
+    return str(meta.get("name", "")), _str_map(meta.get("labels"), "metadata.labels")
+
+
 # ---- pods ----------------------------------------------------------------------------------
 def _requirement(r: object, field: str) -> Requirement:
     r = _map(r, field)
@@ -177,7 +196,54 @@ def _placement(spec: Obj) -> Placement:
     )
 
 
-def _containers(spec: Obj, key: str) -> list[ContainerRequests]:
+class _Resize:
+    """What the pod's status says about in-place resizes (InPlacePodVerticalScaling, GA in
+    v1.36, and its pod-level counterpart, beta): kube-scheduler's NodeResourcesFit counts a
+    running pod at the larger of what its spec asks, what the kubelet allocated and what is
+    actuated, so a pending resize neither frees nor overbooks the node. When the kubelet found
+    the resize infeasible (condition PodResizePending, reason Infeasible) the spec is left out.
+    A status that cannot be read is ignored (the spec alone counts), as a pending pod has
+    none."""
+
+    def __init__(self, status: Obj) -> None:
+        self.infeasible = False
+        self.containers: dict[str, Obj] = {}
+        self.pod: Obj = {}
+        try:
+            for c in _list(status.get("conditions"), "status.conditions"):
+                if isinstance(c, Mapping) and c.get("type") == "PodResizePending":
+                    self.infeasible = c.get("reason") == "Infeasible"
+                    break
+            for key in ("containerStatuses", "initContainerStatuses"):
+                for cs in _list(status.get(key), f"status.{key}"):
+                    if isinstance(cs, Mapping) and isinstance(cs.get("name"), str):
+                        self.containers[cs["name"]] = cs
+            self.pod = status
+        except SpecError:
+            self.infeasible, self.containers, self.pod = False, {}, {}
+
+    def effective(self, spec: ResourceList, st: Obj | None) -> ResourceList:
+        """kube-scheduler's determineEffectiveRequests for one container (or the pod level,
+        ``st`` being the pod status): spec, actuated and allocated, the largest of each."""
+        if st is None or st.get("resources") is None:
+            return spec
+        try:
+            actuated = parse_resource_list(
+                _map(_map(st["resources"], "resources").get("requests"), "requests"), "status"
+            )
+            allocated = parse_resource_list(
+                _map(st.get("allocatedResources"), "allocatedResources"), "status"
+            )
+        except (QuantityError, SpecError):
+            return spec
+        out: ResourceList = {} if self.infeasible else dict(spec)
+        for amounts in (actuated, allocated):
+            for name, amount in amounts.items():
+                out[name] = max(out.get(name, 0), amount)
+        return out
+
+
+def _containers(spec: Obj, key: str, resize: _Resize) -> list[ContainerRequests]:
     out = []
     for i, c in enumerate(_list(spec.get(key), f"spec.{key}")):
         c = _map(c, f"spec.{key}[{i}]")
@@ -186,26 +252,406 @@ def _containers(spec: Obj, key: str) -> list[ContainerRequests]:
         requests = parse_resource_list(
             _map(res.get("requests"), "requests"), f"spec.{key}[{name}].resources.requests"
         )
-        out.append(ContainerRequests(requests, c.get("restartPolicy") == "Always"))
+        restartable = c.get("restartPolicy") == "Always"
+        if key == "containers" or restartable:  # what runs, and so may have been resized
+            requests = resize.effective(requests, resize.containers.get(str(name)))
+        out.append(ContainerRequests(requests, restartable))
     return out
 
 
 _POD_LEVEL = frozenset({"cpu", "memory"})  # what Kubernetes accepts as pod-level requests
 
 
-def _requests(spec: Obj) -> ResourceList:
+def _requests(spec: Obj, status: Obj) -> ResourceList:
+    resize = _Resize(status)
     pod_level = _map(_map(spec.get("resources"), "spec.resources").get("requests"), "requests")
-    return pod_requests(
-        _containers(spec, "containers"),
-        _containers(spec, "initContainers"),
-        parse_resource_list(_map(spec.get("overhead"), "spec.overhead"), "spec.overhead"),
+    level = (
         parse_resource_list(
             {k: v for k, v in pod_level.items() if k in _POD_LEVEL or k.startswith("hugepages-")},
             "spec.resources.requests",
         )
         if pod_level
-        else None,
+        else None
     )
+    if level:
+        effective = resize.effective(level, resize.pod)
+        level = {name: effective.get(name, 0) for name in level}
+    return pod_requests(
+        _containers(spec, "containers", resize),
+        _containers(spec, "initContainers", resize),
+        parse_resource_list(_map(spec.get("overhead"), "spec.overhead"), "spec.overhead"),
+        level,
+    )
+
+
+# ---- pods: constraints on other pods, ports, gates, volumes --------------------------------
+def _name(v: object, field: str) -> str:
+    """A required, non-empty string (a label key, topology key, gate or object name)."""
+    if not isinstance(v, str) or not v:
+        raise SpecError(f"{field}: expected a non-empty string, got {_shown(v)}")
+    return v
+
+
+def _names(v: object, field: str) -> tuple[str, ...]:
+    return tuple(_name(x, f"{field}[{i}]") for i, x in enumerate(_list(v, field)))
+
+
+def _shown(v: object) -> str:
+    """``repr`` for error messages, short and safe for any value."""
+    try:
+        text = repr(v)
+    except ValueError:  # an integer too large to print
+        return "<an integer too large to print>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+def _selector_requirement(r: object, field: str) -> Requirement:
+    r = _map(r, field)
+    key = _name(r.get("key"), f"{field}.key")
+    op = r.get("operator")
+    if not isinstance(op, str) or op not in _SELECTOR_OPERATORS:
+        raise SpecError(f"{field}.operator: unknown operator {_shown(op)}")
+    values = tuple(
+        v if isinstance(v, str) else _bad(f"{field}.values[{i}]", v)
+        for i, v in enumerate(_list(r.get("values"), f"{field}.values"))
+    )
+    if op in ("In", "NotIn") and not values:
+        raise SpecError(f"{field}.values: must be non-empty for operator {op}")
+    if op in ("Exists", "DoesNotExist") and values:
+        raise SpecError(f"{field}.values: must be empty for operator {op}")
+    return Requirement(key, op, values)
+
+
+def _bad(field: str, got: object) -> NoReturn:
+    raise SpecError(f"{field}: expected a string, got {_shown(got)}")
+
+
+def _selector(obj: object, field: str) -> LabelSelector | None:
+    """A metav1.LabelSelector; absent (nil, matching nothing) is None."""
+    if obj is None:
+        return None
+    s = _map(obj, field)
+    pairs = []
+    for k, v in _map(s.get("matchLabels"), f"{field}.matchLabels").items():
+        key = _name(k, f"{field}.matchLabels")
+        pairs.append((key, v if isinstance(v, str) else _bad(f"{field}.matchLabels.{key}", v)))
+    exprs = tuple(
+        _selector_requirement(r, f"{field}.matchExpressions[{i}]")
+        for i, r in enumerate(_list(s.get("matchExpressions"), f"{field}.matchExpressions"))
+    )
+    return LabelSelector(tuple(sorted(pairs)), exprs)
+
+
+def _with_label_keys(
+    selector: LabelSelector | None,
+    keys: tuple[str, ...],
+    operator: str,
+    labels: Mapping[str, str],
+    *,
+    once_per_key: bool,
+) -> LabelSelector | None:
+    """``selector`` with ``key <operator> (pod's value)`` added for each of ``keys`` the pod
+    has a label for, as the API server does at creation (a nil selector stays nil: it matches
+    nothing either way).
+
+    Idempotent: the API server has usually merged them already. With ``once_per_key`` a key
+    that already has a single-valued requirement with that operator is left alone (the API
+    server's merge, made with the labels the pod had at creation, is what kube-scheduler
+    reads for inter-pod affinity); without it only an identical requirement is skipped
+    (kube-scheduler merges topology spread keys again itself, with the current labels)."""
+    if selector is None or not keys:
+        return selector
+    exprs = list(selector.match_expressions)
+    for key in keys:
+        value = labels.get(key)
+        if value is None:
+            continue
+        req = Requirement(key, operator, (value,))
+        if once_per_key:
+            if any(r.key == key and r.operator == operator and len(r.values) == 1 for r in exprs):
+                continue
+        elif req in exprs:
+            continue
+        exprs.append(req)
+    return LabelSelector(selector.match_labels, tuple(exprs))
+
+
+def _pod_affinity_term(
+    t: object, field: str, namespace: str, labels: Mapping[str, str]
+) -> PodAffinityTerm:
+    t = _map(t, field)
+    selector = _selector(t.get("labelSelector"), f"{field}.labelSelector")
+    selector = _with_label_keys(
+        selector,
+        _names(t.get("matchLabelKeys"), f"{field}.matchLabelKeys"),
+        "In",
+        labels,
+        once_per_key=True,
+    )
+    selector = _with_label_keys(
+        selector,
+        _names(t.get("mismatchLabelKeys"), f"{field}.mismatchLabelKeys"),
+        "NotIn",
+        labels,
+        once_per_key=True,
+    )
+    namespaces = frozenset(_names(t.get("namespaces"), f"{field}.namespaces"))
+    ns_selector = _selector(t.get("namespaceSelector"), f"{field}.namespaceSelector")
+    if not namespaces and ns_selector is None:
+        namespaces = frozenset({namespace})
+    return PodAffinityTerm(
+        _name(t.get("topologyKey"), f"{field}.topologyKey"), selector, namespaces, ns_selector
+    )
+
+
+def _weight(v: object, field: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 100:
+        raise SpecError(f"{field}: must be an integer from 1 to 100, got {_shown(v)}")
+    return v
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _pod_affinity_terms(
+    obj: object, field: str, namespace: str, labels: Mapping[str, str]
+) -> tuple[tuple[PodAffinityTerm, ...], tuple[WeightedPodAffinityTerm, ...]]:
+    a = _map(obj, field)
+    required = tuple(
+        _pod_affinity_term(t, f"{field}.{_REQUIRED}[{i}]", namespace, labels)
+        for i, t in enumerate(_list(a.get(_REQUIRED), f"{field}.{_REQUIRED}"))
+    )
+    preferred = []
+    for i, p in enumerate(_list(a.get(_PREFERRED), f"{field}.{_PREFERRED}")):
+        f = f"{field}.{_PREFERRED}[{i}]"
+        p = _map(p, f)
+        weight = _weight(p.get("weight"), f"{f}.weight")
+        term = p.get("podAffinityTerm")
+        if term is None:
+            raise SpecError(f"{f}.podAffinityTerm: required")
+        preferred.append(
+            WeightedPodAffinityTerm(
+                weight, _pod_affinity_term(term, f"{f}.podAffinityTerm", namespace, labels)
+            )
+        )
+    return required, tuple(preferred)
+
+
+def _pod_affinity(spec: Obj, namespace: str, labels: Mapping[str, str]) -> PodAffinity:
+    affinity = _map(spec.get("affinity"), "spec.affinity")
+    required, preferred = _pod_affinity_terms(
+        affinity.get("podAffinity"), "spec.affinity.podAffinity", namespace, labels
+    )
+    required_anti, preferred_anti = _pod_affinity_terms(
+        affinity.get("podAntiAffinity"), "spec.affinity.podAntiAffinity", namespace, labels
+    )
+    return PodAffinity(required, preferred, required_anti, preferred_anti)
+
+
+_WHEN_UNSATISFIABLE = ("DoNotSchedule", "ScheduleAnyway")
+_INCLUSION_POLICIES = ("Honor", "Ignore")
+
+
+def _policy(v: object, field: str, default: str) -> str:
+    if v is None:
+        return default
+    if not isinstance(v, str) or v not in _INCLUSION_POLICIES:
+        raise SpecError(f"{field}: must be Honor or Ignore, got {_shown(v)}")
+    return v
+
+
+def _spread_constraint(c: object, field: str, labels: Mapping[str, str]) -> SpreadConstraint:
+    c = _map(c, field)
+    max_skew = c.get("maxSkew")
+    if isinstance(max_skew, bool) or not isinstance(max_skew, int) or max_skew < 1:
+        raise SpecError(f"{field}.maxSkew: must be an integer >= 1, got {_shown(max_skew)}")
+    when = c.get("whenUnsatisfiable")
+    if not isinstance(when, str) or when not in _WHEN_UNSATISFIABLE:
+        raise SpecError(
+            f"{field}.whenUnsatisfiable: must be DoNotSchedule or ScheduleAnyway, "
+            f"got {_shown(when)}"
+        )
+    min_domains = c.get("minDomains")
+    if min_domains is not None:
+        if isinstance(min_domains, bool) or not isinstance(min_domains, int) or min_domains < 1:
+            raise SpecError(
+                f"{field}.minDomains: must be an integer >= 1, got {_shown(min_domains)}"
+            )
+        if when != "DoNotSchedule":
+            raise SpecError(
+                f"{field}.minDomains: can only be set when whenUnsatisfiable is DoNotSchedule"
+            )
+    selector = _with_label_keys(
+        _selector(c.get("labelSelector"), f"{field}.labelSelector"),
+        _names(c.get("matchLabelKeys"), f"{field}.matchLabelKeys"),
+        "In",
+        labels,
+        once_per_key=False,
+    )
+    return SpreadConstraint(
+        max_skew=max_skew,
+        topology_key=_name(c.get("topologyKey"), f"{field}.topologyKey"),
+        when_unsatisfiable=when,
+        selector=selector,
+        min_domains=min_domains,
+        node_affinity_policy=_policy(
+            c.get("nodeAffinityPolicy"), f"{field}.nodeAffinityPolicy", "Honor"
+        ),
+        node_taints_policy=_policy(
+            c.get("nodeTaintsPolicy"), f"{field}.nodeTaintsPolicy", "Ignore"
+        ),
+    )
+
+
+def _spread(spec: Obj, labels: Mapping[str, str]) -> tuple[SpreadConstraint, ...]:
+    field = "spec.topologySpreadConstraints"
+    out: list[SpreadConstraint] = []
+    for i, c in enumerate(_list(spec.get("topologySpreadConstraints"), field)):
+        constraint = _spread_constraint(c, f"{field}[{i}]", labels)
+        for other in out:
+            if (other.topology_key, other.when_unsatisfiable) == (
+                constraint.topology_key,
+                constraint.when_unsatisfiable,
+            ):
+                raise SpecError(
+                    f"{field}[{i}]: duplicate {{{constraint.topology_key}, "
+                    f"{constraint.when_unsatisfiable}}}"
+                )
+        out.append(constraint)
+    return tuple(out)
+
+
+_PROTOCOLS = ("TCP", "UDP", "SCTP")
+_ANY_IP = "0.0.0.0"
+
+
+def _port(v: object, field: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 65535:
+        raise SpecError(f"{field}: must be an integer from 0 to 65535, got {_shown(v)}")
+    return v
+
+
+def _host_ports(spec: Obj) -> tuple[HostPort, ...]:
+    """The host ports kube-scheduler's NodePorts counts: every ``hostPort`` above 0 of the
+    app containers and of the restartable init containers (sidecars), which run for the pod's
+    whole life. With ``hostNetwork`` a container port is a host port (the API server defaults
+    ``hostPort`` to ``containerPort``; done here too for objects that missed it)."""
+    host_network = spec.get("hostNetwork") is True
+    out: list[HostPort] = []
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(_list(spec.get(key), f"spec.{key}")):
+            c = _map(c, f"spec.{key}[{i}]")
+            if key == "initContainers" and c.get("restartPolicy") != "Always":
+                continue
+            for j, p in enumerate(_list(c.get("ports"), f"spec.{key}[{i}].ports")):
+                field = f"spec.{key}[{i}].ports[{j}]"
+                p = _map(p, field)
+                port = _port(p.get("hostPort"), f"{field}.hostPort")
+                if host_network and port == 0:
+                    port = _port(p.get("containerPort"), f"{field}.containerPort")
+                if port == 0:
+                    continue
+                protocol = p.get("protocol") or "TCP"
+                if not isinstance(protocol, str) or protocol not in _PROTOCOLS:
+                    raise SpecError(
+                        f"{field}.protocol: must be TCP, UDP or SCTP, got {_shown(protocol)}"
+                    )
+                ip = p.get("hostIP") or ""
+                if not isinstance(ip, str):
+                    raise SpecError(f"{field}.hostIP: expected a string, got {_shown(ip)}")
+                out.append(HostPort(port, protocol, "" if ip == _ANY_IP else ip))
+    return tuple(out)
+
+
+def _gates(spec: Obj) -> tuple[str, ...]:
+    field = "spec.schedulingGates"
+    return tuple(
+        _name(_map(g, f"{field}[{i}]").get("name"), f"{field}[{i}].name")
+        for i, g in enumerate(_list(spec.get("schedulingGates"), field))
+    )
+
+
+# Inline (in-tree) volume sources kube-scheduler v1.36 acts on that gangsched does not: the
+# ones VolumeRestrictions checks for conflicts between pods on a node, and the ones
+# NodeVolumeLimits counts against a node's CSI attach limits through CSI migration
+# (k8s.io/csi-translation-lib). Volumes through a PersistentVolumeClaim are read instead.
+_IN_TREE_VOLUMES: dict[str, str] = {
+    "gcePersistentDisk": "conflicts between pods (VolumeRestrictions) and attach limits",
+    "awsElasticBlockStore": "conflicts between pods (VolumeRestrictions) and attach limits",
+    "rbd": "conflicts between pods (VolumeRestrictions)",
+    "iscsi": "conflicts between pods (VolumeRestrictions)",
+    "azureDisk": "attach limits",
+    "azureFile": "attach limits",
+    "cinder": "attach limits",
+    "vsphereVolume": "attach limits",
+    "portworxVolume": "attach limits",
+}
+
+
+def _volumes(spec: Obj, pod_name: str, unsupported: list[str]) -> PodVolumes:
+    claims: list[str] = []
+    drivers: list[str] = []
+    ephemeral: list[str] = []
+    for i, v in enumerate(_list(spec.get("volumes"), "spec.volumes")):
+        field = f"spec.volumes[{i}]"
+        v = _map(v, field)
+        if v.get("persistentVolumeClaim") is not None:
+            pvc = _map(v["persistentVolumeClaim"], f"{field}.persistentVolumeClaim")
+            claims.append(_name(pvc.get("claimName"), f"{field}.persistentVolumeClaim.claimName"))
+        if v.get("ephemeral") is not None:
+            _map(v["ephemeral"], f"{field}.ephemeral")
+            claim = f"{pod_name}-{_name(v.get('name'), f'{field}.name')}"
+            claims.append(claim)
+            ephemeral.append(claim)
+        if v.get("csi") is not None:
+            csi = _map(v["csi"], f"{field}.csi")
+            drivers.append(_name(csi.get("driver"), f"{field}.csi.driver"))
+        for source, checks in _IN_TREE_VOLUMES.items():
+            if v.get(source) is not None:
+                unsupported.append(
+                    f"{field}.{source}: inline {source} volumes are not supported by gangsched "
+                    f"(kube-scheduler checks their {checks} per node); use a "
+                    "PersistentVolumeClaim"
+                )
+    return PodVolumes(tuple(claims), tuple(drivers), tuple(ephemeral))
+
+
+def _unsupported_fields(spec: Obj) -> list[str]:
+    """Placement-relevant fields of kube-scheduler v1.36's default plugins that gangsched has
+    no plugin for, each named with why (volumes are looked at in ``_volumes``)."""
+    out: list[str] = []
+    if _list(spec.get("resourceClaims"), "spec.resourceClaims"):
+        out.append(
+            "spec.resourceClaims: resource claims (Dynamic Resource Allocation) are not "
+            "supported by gangsched"
+        )
+    # NodeDeclaredFeatures (beta, on by default in v1.36): these fields need nodes that
+    # declare a feature in status.declaredFeatures, which gangsched does not read.
+    for key in ("initContainers", "containers"):
+        for i, c in enumerate(_list(spec.get(key), f"spec.{key}")):
+            c = _map(c, f"spec.{key}[{i}]")
+            rules = _list(c.get("restartPolicyRules"), f"spec.{key}[{i}].restartPolicyRules")
+            for j, rule in enumerate(rules):
+                field = f"spec.{key}[{i}].restartPolicyRules[{j}].action"
+                if _map(rule, field).get("action") == "RestartAllContainers":
+                    out.append(
+                        f"{field}: RestartAllContainers needs a node that declares the "
+                        "feature RestartAllContainersOnContainerExits; node declared features "
+                        "are not supported by gangsched"
+                    )
+    if spec.get("hostNetwork") is True and spec.get("hostUsers") is False:
+        out.append(
+            "spec.hostUsers: a user namespace with hostNetwork needs a node that declares the "
+            "feature UserNamespacesHostNetworkSupport; node declared features are not "
+            "supported by gangsched"
+        )
+    return out
 
 
 def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
@@ -232,22 +678,48 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
     )
     labels = _str_map(meta.get("labels"), "metadata.labels")
     annotations = _str_map(meta.get("annotations"), "metadata.annotations")
+    pod.labels = labels
     membership = resolve_membership(ns, labels, annotations, pod.created)
     pod.group, pod.role = membership.key, membership.role
     problems = []
     if membership.error:
         problems.append(membership.error)
-    try:
-        pod.requests = _requests(spec)
+    unsupported: list[str] = []
+
+    def resources() -> None:
+        pod.requests = _requests(spec, status)
         priority = spec.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise SpecError(f"spec.priority: expected an integer, got {priority!r}")
         pod.priority = priority
         pod.placement = _placement(spec)
-    except (QuantityError, SpecError, TypeError, ValueError) as e:
-        problems.append(str(e))
-    if problems:
-        pod.invalid_reason = "; ".join(problems)
+
+    def constraints() -> None:
+        pod.pod_affinity = _pod_affinity(spec, ns, labels)
+        pod.spread = _spread(spec, labels)
+
+    def ports() -> None:
+        pod.host_ports = _host_ports(spec)
+
+    def gates() -> None:
+        pod.gates = _gates(spec)
+
+    def volumes() -> None:
+        pod.volumes = _volumes(spec, name, unsupported)
+
+    def refused() -> None:
+        unsupported[:0] = _unsupported_fields(spec)
+
+    # Each part on its own, so that one bad field leaves the others read (a bound pod with a
+    # bad spread constraint still holds its host ports) and every problem is reported.
+    for part in (resources, constraints, ports, gates, volumes, refused):
+        try:
+            part()
+        except (QuantityError, SpecError, TypeError, ValueError) as e:
+            problems.append(str(e))
+    if problems:  # (a malformed list several parts read is reported once)
+        pod.invalid_reason = "; ".join(dict.fromkeys(problems))
+    pod.unsupported = "; ".join(unsupported)
     return pod, membership
 
 
@@ -374,6 +846,15 @@ def node_from(obj: Obj) -> Node:
     except Exception:
         _, name, _, _ = _identity(obj)
         return Node(name, {}, ready=False)
+
+
+def namespace_from(obj: Obj) -> tuple[str, dict[str, str]]:
+    """A Namespace's name and labels (what namespaceSelector terms match); labels that cannot
+    be read are taken as none."""
+    try:
+        return _namespace_from(obj)
+    except Exception:
+        return _identity(obj)[1], {}
 
 
 def pod_from(obj: Obj) -> tuple[Pod, Membership]:

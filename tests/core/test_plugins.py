@@ -760,6 +760,13 @@ def test_default_filters_order() -> None:
         "TaintToleration",
         "NodeAffinity",
         "NodeResourcesFit",
+        "NodePorts",
+        "VolumeRestrictions",
+        "NodeVolumeLimits",
+        "VolumeBinding",
+        "VolumeZone",
+        "PodTopologySpread",
+        "InterPodAffinity",
     )
     assert set(DEFAULT_FILTERS) <= set(FILTERS)
 
@@ -767,8 +774,10 @@ def test_default_filters_order() -> None:
 def test_default_score_weights() -> None:
     assert DEFAULT_SCORE_WEIGHTS == {
         "GPUBinPack": 10,
+        "InterPodAffinity": 2,
         "LeastAllocated": 1,
         "NodeAffinity": 2,
+        "PodTopologySpread": 2,
         "TaintToleration": 1,
         "TaskTopology": 20,
     }

@@ -4,8 +4,11 @@ The objects below are shaped like what the API server returns (``kubectl get -o 
 are strings, defaults that admission fills in are present, unknown fields are left in.
 
 The rule under test: translation never raises. A pod it cannot understand becomes a Pod with
-``invalid_reason`` naming the field; a PodGroup it cannot understand becomes a GangSpec with
-``invalid_reason``; a node whose allocatable cannot be read is never a candidate (ready=False).
+``invalid_reason`` naming the field; a pod asking for what gangsched does not implement (resource
+claims, in-tree volumes, node declared features) gets ``unsupported`` naming the field; a
+PodGroup it cannot understand becomes a GangSpec with ``invalid_reason``; a node whose
+allocatable cannot be read is never a candidate (ready=False). Pod fields follow kube-scheduler
+v1.36 and the API server's defaulting and label-key merging.
 """
 
 from __future__ import annotations
@@ -21,20 +24,28 @@ from gangsched.core.model import (
     AffinityTerm,
     GangMode,
     GangSpec,
+    HostPort,
+    LabelSelector,
     Node,
     NodeAffinity,
     Placement,
     Pod,
+    PodAffinity,
+    PodAffinityTerm,
     PodPhase,
+    PodVolumes,
     PreferredTerm,
     Requirement,
     RoleSpec,
+    SpreadConstraint,
     Taint,
     Toleration,
     TopologySpec,
+    WeightedPodAffinityTerm,
 )
 from gangsched.kube.membership import Source
 from gangsched.kube.translate import (
+    namespace_from,
     node_from,
     pod_from,
     podgroup_from,
@@ -408,6 +419,7 @@ def test_pod_realistic() -> None:
         role="worker",
         deleting=False,
         invalid_reason="",
+        labels=POD["metadata"]["labels"],
     )
     assert membership.key == "ml/train"
     assert membership.source == Source.GANGSCHED
@@ -652,6 +664,113 @@ def test_pod_level_hugepages_are_honoured() -> None:
         )
     )
     assert pod.requests == {"hugepages-2Mi": GI, "memory": GI, "pods": 1}
+
+
+def _status(
+    *containers: tuple[str, dict[str, str] | None, dict[str, str] | None], **extra: object
+) -> dict[str, Any]:
+    """A running pod's status: per container (name, actuated requests, allocated)."""
+    statuses = []
+    for name, actuated, allocated in containers:
+        cs: dict[str, Any] = {"name": name, "ready": True, "restartCount": 0, "image": "x"}
+        if actuated is not None:
+            cs["resources"] = {"requests": actuated, "limits": actuated}
+        if allocated is not None:
+            cs["allocatedResources"] = allocated
+        statuses.append(cs)
+    return {"phase": "Running", "containerStatuses": statuses, **extra}
+
+
+INFEASIBLE = {"type": "PodResizePending", "status": "True", "reason": "Infeasible"}
+DEFERRED = {"type": "PodResizePending", "status": "True", "reason": "Deferred"}
+
+RESIZE_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, int]]] = {
+    "no container statuses: the spec": (
+        {"containers": [_ctr("app", {"cpu": "1"})]},
+        {"phase": "Running"},
+        {"cpu": 1000, "pods": 1},
+    ),
+    "status without resources: the spec": (
+        {"containers": [_ctr("app", {"cpu": "1"})]},
+        _status(("app", None, {"cpu": "4"})),
+        {"cpu": 1000, "pods": 1},
+    ),
+    "resize up in progress: the larger actuated": (
+        {"containers": [_ctr("app", {"cpu": "1", "memory": "1Gi"})]},
+        _status(("app", {"cpu": "2", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})),
+        {"cpu": 2000, "memory": GI, "pods": 1},
+    ),
+    "resize up requested: the larger spec": (
+        {"containers": [_ctr("app", {"cpu": "3"})]},
+        _status(("app", {"cpu": "1"}, {"cpu": "1"}), conditions=[DEFERRED]),
+        {"cpu": 3000, "pods": 1},
+    ),
+    "resize down not yet actuated: the larger allocated": (
+        {"containers": [_ctr("app", {"memory": "1Gi"})]},
+        _status(("app", {"memory": "1Gi"}, {"memory": "4Gi"})),
+        {"memory": 4 * GI, "pods": 1},
+    ),
+    "infeasible resize: the spec is left out": (
+        {"containers": [_ctr("app", {"cpu": "8"})]},
+        _status(("app", {"cpu": "2"}, {"cpu": "1"}), conditions=[INFEASIBLE]),
+        {"cpu": 2000, "pods": 1},
+    ),
+    "per container, by name": (
+        {"containers": [_ctr("a", {"cpu": "1"}), _ctr("b", {"cpu": "1"})]},
+        _status(("b", {"cpu": "3"}, None), ("other", {"cpu": "9"}, None)),
+        {"cpu": 4000, "pods": 1},
+    ),
+    "sidecar resized; plain init container status ignored": (
+        {
+            "initContainers": [
+                _ctr("setup", {"cpu": "500m"}),
+                _sidecar("proxy", {"cpu": "100m"}),
+            ],
+            "containers": [_ctr("app", {"cpu": "1"})],
+        },
+        {
+            "phase": "Running",
+            "initContainerStatuses": [
+                {"name": "setup", "resources": {"requests": {"cpu": "5"}}},
+                {"name": "proxy", "resources": {"requests": {"cpu": "300m"}}},
+            ],
+        },
+        {"cpu": 1300, "pods": 1},
+    ),
+    "pod-level resize": (
+        {
+            "resources": {"requests": {"cpu": "2", "memory": "2Gi"}},
+            "containers": [_ctr("app", {"cpu": "1"})],
+        },
+        {
+            "phase": "Running",
+            "resources": {"requests": {"cpu": "3", "memory": "1Gi"}},
+            "allocatedResources": {"cpu": "2", "memory": "2Gi"},
+        },
+        {"cpu": 3000, "memory": 2 * GI, "pods": 1},
+    ),
+    "unreadable status quantities: the spec": (
+        {"containers": [_ctr("app", {"cpu": "1"})]},
+        _status(("app", {"cpu": "lots"}, None)),
+        {"cpu": 1000, "pods": 1},
+    ),
+    "unreadable container statuses: the spec": (
+        {"containers": [_ctr("app", {"cpu": "1"})]},
+        {"phase": "Running", "containerStatuses": "app"},
+        {"cpu": 1000, "pods": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", RESIZE_CASES.values(), ids=RESIZE_CASES.keys())
+def test_pod_requests_during_in_place_resize(
+    case: tuple[dict[str, Any], dict[str, Any], dict[str, int]],
+) -> None:
+    spec, status, expected = case
+    obj = patched(_spec(**spec), (("spec", "nodeName"), "gpu-a100-0"), (("status",), status))
+    pod, _ = pod_from(obj)
+    assert pod.invalid_reason == ""
+    assert pod.requests == expected
 
 
 @pytest.mark.parametrize(
@@ -1116,6 +1235,973 @@ def test_pod_gang_from_annotations() -> None:
     assert membership.implicit == GangSpec("ml/train", 4, created=CREATED_TS)
 
 
+# ---- pods: labels, inter-pod affinity, topology spread, host ports, gates, volumes --------
+
+JOB = "training.kubeflow.org/job-name"  # a label POD has, value "train"
+ROLE = "gangsched.io/role"  # a label POD has, value "worker"
+HOST = "kubernetes.io/hostname"
+ZONE = "topology.kubernetes.io/zone"
+ML = frozenset({"ml"})
+REQUIRED_KEY = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED_KEY = "preferredDuringSchedulingIgnoredDuringExecution"
+HUGE_NAME = 10**5000  # more digits than Python will turn into a string
+
+
+def _with_spec(**fields: object) -> dict[str, Any]:
+    return patched(POD, *((("spec", k), v) for k, v in fields.items()))
+
+
+def test_pod_labels() -> None:
+    pod, _ = pod_from(POD)
+    assert pod.labels == POD["metadata"]["labels"]
+    pod, _ = pod_from(patched(POD, (("metadata", "labels"), DELETE)))
+    assert pod.labels == {}
+
+
+def _term(**extra: object) -> dict[str, Any]:
+    return {"topologyKey": HOST, **extra}
+
+
+APP_SELECTOR = {"matchLabels": {"app": "nccl"}}
+APP = LabelSelector((("app", "nccl"),))
+
+POD_AFFINITY_CASES: dict[str, tuple[dict[str, Any], PodAffinity]] = {
+    "required anti-affinity on the hostname": (
+        {"podAntiAffinity": {REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR)]}},
+        PodAffinity(required_anti=(PodAffinityTerm(HOST, APP, ML),)),
+    ),
+    "required affinity by zone": (
+        {"podAffinity": {REQUIRED_KEY: [{"topologyKey": ZONE, "labelSelector": APP_SELECTOR}]}},
+        PodAffinity(required=(PodAffinityTerm(ZONE, APP, ML),)),
+    ),
+    "preferred terms carry their weight": (
+        {
+            "podAffinity": {
+                PREFERRED_KEY: [
+                    {"weight": 100, "podAffinityTerm": _term(labelSelector=APP_SELECTOR)}
+                ]
+            },
+            "podAntiAffinity": {
+                PREFERRED_KEY: [{"weight": 1, "podAffinityTerm": _term(labelSelector={})}]
+            },
+        },
+        PodAffinity(
+            preferred=(WeightedPodAffinityTerm(100, PodAffinityTerm(HOST, APP, ML)),),
+            preferred_anti=(
+                WeightedPodAffinityTerm(1, PodAffinityTerm(HOST, LabelSelector(), ML)),
+            ),
+        ),
+    ),
+    "all four lists at once": (
+        {
+            "podAffinity": {
+                REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR)],
+                PREFERRED_KEY: [{"weight": 5, "podAffinityTerm": _term(labelSelector={})}],
+            },
+            "podAntiAffinity": {
+                REQUIRED_KEY: [{"topologyKey": ZONE, "labelSelector": APP_SELECTOR}],
+                PREFERRED_KEY: [{"weight": 7, "podAffinityTerm": _term(labelSelector={})}],
+            },
+        },
+        PodAffinity(
+            required=(PodAffinityTerm(HOST, APP, ML),),
+            preferred=(WeightedPodAffinityTerm(5, PodAffinityTerm(HOST, LabelSelector(), ML)),),
+            required_anti=(PodAffinityTerm(ZONE, APP, ML),),
+            preferred_anti=(
+                WeightedPodAffinityTerm(7, PodAffinityTerm(HOST, LabelSelector(), ML)),
+            ),
+        ),
+    ),
+    "no labelSelector selects no pod": (
+        {"podAntiAffinity": {REQUIRED_KEY: [_term()]}},
+        PodAffinity(required_anti=(PodAffinityTerm(HOST, None, ML),)),
+    ),
+    "an empty labelSelector selects every pod": (
+        {"podAntiAffinity": {REQUIRED_KEY: [_term(labelSelector={})]}},
+        PodAffinity(required_anti=(PodAffinityTerm(HOST, LabelSelector(), ML),)),
+    ),
+    "every selector operator": (
+        {
+            "podAntiAffinity": {
+                REQUIRED_KEY: [
+                    _term(
+                        labelSelector={
+                            "matchLabels": {"b": "2", "a": "1"},
+                            "matchExpressions": [
+                                {"key": "tier", "operator": "In", "values": ["x", "y"]},
+                                {"key": "env", "operator": "NotIn", "values": ["dev"]},
+                                {"key": "gpu", "operator": "Exists"},
+                                {"key": "spot", "operator": "DoesNotExist", "values": []},
+                            ],
+                        }
+                    )
+                ]
+            }
+        },
+        PodAffinity(
+            required_anti=(
+                PodAffinityTerm(
+                    HOST,
+                    LabelSelector(
+                        (("a", "1"), ("b", "2")),
+                        (
+                            Requirement("tier", "In", ("x", "y")),
+                            Requirement("env", "NotIn", ("dev",)),
+                            Requirement("gpu", "Exists"),
+                            Requirement("spot", "DoesNotExist"),
+                        ),
+                    ),
+                    ML,
+                ),
+            )
+        ),
+    ),
+    "namespaces replace the pod's own": (
+        {
+            "podAffinity": {
+                REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR, namespaces=["a", "b", "a"])]
+            }
+        },
+        PodAffinity(required=(PodAffinityTerm(HOST, APP, frozenset({"a", "b"})),)),
+    ),
+    "an empty namespaceSelector selects every namespace": (
+        {"podAffinity": {REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR, namespaceSelector={})]}},
+        PodAffinity(required=(PodAffinityTerm(HOST, APP, frozenset(), LabelSelector()),)),
+    ),
+    "namespaceSelector and namespaces together": (
+        {
+            "podAffinity": {
+                REQUIRED_KEY: [
+                    _term(
+                        labelSelector=APP_SELECTOR,
+                        namespaces=["shared"],
+                        namespaceSelector={"matchLabels": {"team": "ml"}},
+                    )
+                ]
+            }
+        },
+        PodAffinity(
+            required=(
+                PodAffinityTerm(HOST, APP, frozenset({"shared"}), LabelSelector((("team", "ml"),))),
+            )
+        ),
+    ),
+    "an empty namespaces list is the pod's own namespace": (
+        {"podAffinity": {REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR, namespaces=[])]}},
+        PodAffinity(required=(PodAffinityTerm(HOST, APP, ML),)),
+    ),
+    "matchLabelKeys merged as key In (pod's value)": (
+        {
+            "podAntiAffinity": {
+                REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR, matchLabelKeys=[JOB])]
+            }
+        },
+        PodAffinity(
+            required_anti=(
+                PodAffinityTerm(
+                    HOST,
+                    LabelSelector((("app", "nccl"),), (Requirement(JOB, "In", ("train",)),)),
+                    ML,
+                ),
+            )
+        ),
+    ),
+    "mismatchLabelKeys merged as key NotIn (pod's value)": (
+        {
+            "podAffinity": {
+                REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR, mismatchLabelKeys=[ROLE])]
+            }
+        },
+        PodAffinity(
+            required=(
+                PodAffinityTerm(
+                    HOST,
+                    LabelSelector((("app", "nccl"),), (Requirement(ROLE, "NotIn", ("worker",)),)),
+                    ML,
+                ),
+            )
+        ),
+    ),
+    "label keys the pod does not have add nothing": (
+        {
+            "podAffinity": {
+                REQUIRED_KEY: [
+                    _term(
+                        labelSelector=APP_SELECTOR,
+                        matchLabelKeys=["absent"],
+                        mismatchLabelKeys=["also-absent"],
+                    )
+                ]
+            }
+        },
+        PodAffinity(required=(PodAffinityTerm(HOST, APP, ML),)),
+    ),
+    "already merged by the API server: not added twice": (
+        {
+            "podAntiAffinity": {
+                REQUIRED_KEY: [
+                    _term(
+                        labelSelector={
+                            "matchLabels": {"app": "nccl"},
+                            "matchExpressions": [
+                                {"key": JOB, "operator": "In", "values": ["train"]},
+                                {"key": ROLE, "operator": "NotIn", "values": ["worker"]},
+                            ],
+                        },
+                        matchLabelKeys=[JOB],
+                        mismatchLabelKeys=[ROLE],
+                    )
+                ]
+            }
+        },
+        PodAffinity(
+            required_anti=(
+                PodAffinityTerm(
+                    HOST,
+                    LabelSelector(
+                        (("app", "nccl"),),
+                        (
+                            Requirement(JOB, "In", ("train",)),
+                            Requirement(ROLE, "NotIn", ("worker",)),
+                        ),
+                    ),
+                    ML,
+                ),
+            )
+        ),
+    ),
+    # The API server merged the value the pod had when it was created; kube-scheduler reads
+    # that selector as stored, whatever the pod's labels became since.
+    "merged at creation with a label value changed since: kept as stored": (
+        {
+            "podAntiAffinity": {
+                REQUIRED_KEY: [
+                    _term(
+                        labelSelector={
+                            "matchExpressions": [
+                                {"key": JOB, "operator": "In", "values": ["old-job"]}
+                            ]
+                        },
+                        matchLabelKeys=[JOB],
+                    )
+                ]
+            }
+        },
+        PodAffinity(
+            required_anti=(
+                PodAffinityTerm(
+                    HOST, LabelSelector((), (Requirement(JOB, "In", ("old-job",)),)), ML
+                ),
+            )
+        ),
+    ),
+    "label keys with no labelSelector: still selects nothing": (
+        {"podAntiAffinity": {REQUIRED_KEY: [_term(matchLabelKeys=[JOB])]}},
+        PodAffinity(required_anti=(PodAffinityTerm(HOST, None, ML),)),
+    ),
+    "empty lists": (
+        {"podAffinity": {REQUIRED_KEY: [], PREFERRED_KEY: []}, "podAntiAffinity": {}},
+        PodAffinity(),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", POD_AFFINITY_CASES.values(), ids=POD_AFFINITY_CASES.keys())
+def test_pod_affinity(case: tuple[dict[str, Any], PodAffinity]) -> None:
+    affinity, expected = case
+    pod, _ = pod_from(patched(POD, (AFFINITY, affinity)))
+    assert pod.invalid_reason == ""
+    assert pod.unsupported == ""
+    assert pod.pod_affinity == expected
+    assert pod.placement.affinity == NodeAffinity()
+
+
+def test_pod_affinity_next_to_node_affinity() -> None:
+    obj = patched(
+        POD,
+        (
+            AFFINITY,
+            {
+                "nodeAffinity": {REQUIRED_KEY: {"nodeSelectorTerms": REQUIRED_TERMS}},
+                "podAntiAffinity": {REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR)]},
+            },
+        ),
+    )
+    pod, _ = pod_from(obj)
+    assert pod.placement.affinity == NodeAffinity(EXPECTED_REQUIRED, ())
+    assert pod.pod_affinity == PodAffinity(required_anti=(PodAffinityTerm(HOST, APP, ML),))
+
+
+def test_pod_without_pod_affinity() -> None:
+    pod, _ = pod_from(POD)
+    assert pod.pod_affinity == PodAffinity()
+    assert not pod.pod_affinity
+
+
+def _spread(**fields: object) -> dict[str, Any]:
+    """A topology spread constraint; a field given as DELETE is left out."""
+    c = {
+        "maxSkew": 1,
+        "topologyKey": ZONE,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": APP_SELECTOR,
+        **fields,
+    }
+    return {k: v for k, v in c.items() if v is not DELETE}
+
+
+SPREAD_CASES: dict[str, tuple[list[dict[str, Any]], tuple[SpreadConstraint, ...]]] = {
+    "defaults": ([_spread()], (SpreadConstraint(1, ZONE, "DoNotSchedule", APP),)),
+    "every field": (
+        [
+            _spread(
+                maxSkew=2,
+                minDomains=3,
+                nodeAffinityPolicy="Ignore",
+                nodeTaintsPolicy="Honor",
+            )
+        ],
+        (SpreadConstraint(2, ZONE, "DoNotSchedule", APP, 3, "Ignore", "Honor"),),
+    ),
+    "ScheduleAnyway": (
+        [_spread(whenUnsatisfiable="ScheduleAnyway", topologyKey=HOST)],
+        (SpreadConstraint(1, HOST, "ScheduleAnyway", APP),),
+    ),
+    "policies written out at their defaults": (
+        [_spread(nodeAffinityPolicy="Honor", nodeTaintsPolicy="Ignore")],
+        (SpreadConstraint(1, ZONE, "DoNotSchedule", APP),),
+    ),
+    "null policies and minDomains are the defaults": (
+        [_spread(nodeAffinityPolicy=None, nodeTaintsPolicy=None, minDomains=None)],
+        (SpreadConstraint(1, ZONE, "DoNotSchedule", APP),),
+    ),
+    "two constraints, order kept": (
+        [_spread(), _spread(topologyKey=HOST, whenUnsatisfiable="ScheduleAnyway", maxSkew=5)],
+        (
+            SpreadConstraint(1, ZONE, "DoNotSchedule", APP),
+            SpreadConstraint(5, HOST, "ScheduleAnyway", APP),
+        ),
+    ),
+    "same key with both actions": (
+        [_spread(), _spread(whenUnsatisfiable="ScheduleAnyway")],
+        (
+            SpreadConstraint(1, ZONE, "DoNotSchedule", APP),
+            SpreadConstraint(1, ZONE, "ScheduleAnyway", APP),
+        ),
+    ),
+    "no labelSelector": (
+        [_spread(labelSelector=DELETE)],
+        (SpreadConstraint(1, ZONE, "DoNotSchedule", None),),
+    ),
+    "matchLabelKeys merged as key In (pod's value)": (
+        [_spread(matchLabelKeys=[JOB, "absent"])],
+        (
+            SpreadConstraint(
+                1,
+                ZONE,
+                "DoNotSchedule",
+                LabelSelector((("app", "nccl"),), (Requirement(JOB, "In", ("train",)),)),
+            ),
+        ),
+    ),
+    "matchLabelKeys into an empty selector": (
+        [_spread(labelSelector={}, matchLabelKeys=[JOB])],
+        (
+            SpreadConstraint(
+                1, ZONE, "DoNotSchedule", LabelSelector((), (Requirement(JOB, "In", ("train",)),))
+            ),
+        ),
+    ),
+    "already merged by the API server: not added twice": (
+        [
+            _spread(
+                labelSelector={
+                    "matchLabels": {"app": "nccl"},
+                    "matchExpressions": [{"key": JOB, "operator": "In", "values": ["train"]}],
+                },
+                matchLabelKeys=[JOB],
+            )
+        ],
+        (
+            SpreadConstraint(
+                1,
+                ZONE,
+                "DoNotSchedule",
+                LabelSelector((("app", "nccl"),), (Requirement(JOB, "In", ("train",)),)),
+            ),
+        ),
+    ),
+    # kube-scheduler merges the current value again on top of the stored selector.
+    "merged at creation with a label value changed since: both": (
+        [
+            _spread(
+                labelSelector={
+                    "matchExpressions": [{"key": JOB, "operator": "In", "values": ["old-job"]}]
+                },
+                matchLabelKeys=[JOB],
+            )
+        ],
+        (
+            SpreadConstraint(
+                1,
+                ZONE,
+                "DoNotSchedule",
+                LabelSelector(
+                    (),
+                    (
+                        Requirement(JOB, "In", ("old-job",)),
+                        Requirement(JOB, "In", ("train",)),
+                    ),
+                ),
+            ),
+        ),
+    ),
+    "matchLabelKeys with no labelSelector: still selects nothing": (
+        [_spread(labelSelector=DELETE, matchLabelKeys=[JOB])],
+        (SpreadConstraint(1, ZONE, "DoNotSchedule", None),),
+    ),
+    "none": ([], ()),
+}
+
+
+@pytest.mark.parametrize("case", SPREAD_CASES.values(), ids=SPREAD_CASES.keys())
+def test_pod_topology_spread(
+    case: tuple[list[dict[str, Any]], tuple[SpreadConstraint, ...]],
+) -> None:
+    constraints, expected = case
+    pod, _ = pod_from(_with_spec(topologySpreadConstraints=constraints))
+    assert pod.invalid_reason == ""
+    assert pod.spread == expected
+
+
+def _port(container_port: int, **extra: object) -> dict[str, Any]:
+    return {"containerPort": container_port, **extra}
+
+
+HOST_PORT_CASES: dict[str, tuple[dict[str, Any], tuple[HostPort, ...]]] = {
+    "hostPort": (
+        {"containers": [_ctr("a", ports=[_port(29500, hostPort=29500)])]},
+        (HostPort(29500, "TCP", ""),),
+    ),
+    "containerPort alone is no host port": (
+        {"containers": [_ctr("a", ports=[_port(8080), _port(9090, hostPort=0)])]},
+        (),
+    ),
+    "protocol and hostIP": (
+        {
+            "containers": [
+                _ctr(
+                    "a",
+                    ports=[
+                        _port(53, hostPort=53, protocol="UDP", hostIP="10.0.0.1"),
+                        _port(38412, hostPort=38412, protocol="SCTP"),
+                        _port(80, hostPort=8080, protocol="TCP", hostIP="0.0.0.0"),
+                    ],
+                )
+            ]
+        },
+        (
+            HostPort(53, "UDP", "10.0.0.1"),
+            HostPort(38412, "SCTP", ""),
+            HostPort(8080, "TCP", ""),
+        ),
+    ),
+    "every container": (
+        {
+            "containers": [
+                _ctr("a", ports=[_port(1, hostPort=1001)]),
+                _ctr("b"),
+                _ctr("c", ports=[_port(2, hostPort=1002)]),
+            ]
+        },
+        (HostPort(1001), HostPort(1002)),
+    ),
+    "sidecars count, before the app containers; plain init containers do not": (
+        {
+            "initContainers": [
+                _ctr("setup", ports=[_port(1, hostPort=7001)]),
+                _ctr("proxy", restartPolicy="Always", ports=[_port(2, hostPort=7002)]),
+            ],
+            "containers": [_ctr("app", ports=[_port(3, hostPort=7003)])],
+        },
+        (HostPort(7002), HostPort(7003)),
+    ),
+    "hostNetwork: container ports are host ports": (
+        {
+            "hostNetwork": True,
+            "containers": [
+                _ctr("a", ports=[_port(29500), _port(29501, hostPort=29501, protocol="UDP")])
+            ],
+        },
+        (HostPort(29500), HostPort(29501, "UDP")),
+    ),
+    "hostNetwork false: no defaulting": (
+        {"hostNetwork": False, "containers": [_ctr("a", ports=[_port(29500)])]},
+        (),
+    ),
+    "no ports": ({"containers": [_ctr("a", ports=[])]}, ()),
+}
+
+
+@pytest.mark.parametrize("case", HOST_PORT_CASES.values(), ids=HOST_PORT_CASES.keys())
+def test_pod_host_ports(case: tuple[dict[str, Any], tuple[HostPort, ...]]) -> None:
+    spec, expected = case
+    pod, _ = pod_from(_spec(**spec))
+    assert pod.invalid_reason == ""
+    assert pod.host_ports == expected
+
+
+@pytest.mark.parametrize(
+    ("gates", "expected"),
+    [
+        (DELETE, ()),
+        ([], ()),
+        ([{"name": "kueue.x-k8s.io/admission"}], ("kueue.x-k8s.io/admission",)),
+        ([{"name": "b"}, {"name": "a"}], ("b", "a")),
+    ],
+    ids=["absent", "empty", "one", "two"],
+)
+def test_pod_scheduling_gates(gates: object, expected: tuple[str, ...]) -> None:
+    pod, _ = pod_from(patched(POD, (("spec", "schedulingGates"), gates)))
+    assert pod.invalid_reason == ""
+    assert pod.gates == expected
+
+
+VOLUME_CASES: dict[str, tuple[list[dict[str, Any]], PodVolumes]] = {
+    "claims": (
+        [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}},
+            {"name": "ckpt", "persistentVolumeClaim": {"claimName": "ckpt", "readOnly": True}},
+        ],
+        PodVolumes(("data-0", "ckpt")),
+    ),
+    "generic ephemeral volume: the claim <pod>-<volume>": (
+        [
+            {
+                "name": "scratch",
+                "ephemeral": {
+                    "volumeClaimTemplate": {
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "local",
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        }
+                    }
+                },
+            }
+        ],
+        PodVolumes(("train-worker-0-scratch",), (), ("train-worker-0-scratch",)),
+    ),
+    "inline CSI volumes": (
+        [
+            {"name": "secrets", "csi": {"driver": "secrets-store.csi.k8s.io", "readOnly": True}},
+            {"name": "cache", "csi": {"driver": "local.csi.example.com"}},
+        ],
+        PodVolumes((), ("secrets-store.csi.k8s.io", "local.csi.example.com")),
+    ),
+    "volumes the scheduler does not look at": (
+        [
+            {"name": "cfg", "configMap": {"name": "cfg"}},
+            {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            {"name": "host", "hostPath": {"path": "/dev/infiniband", "type": ""}},
+            {"name": "tok", "projected": {"sources": []}},
+            {"name": "nfs", "nfs": {"server": "nfs.example.com", "path": "/data"}},
+        ],
+        PodVolumes(),
+    ),
+    "a mix": (
+        [
+            {"name": "cfg", "configMap": {"name": "cfg"}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "tmp", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+            {"name": "s", "csi": {"driver": "d"}},
+        ],
+        PodVolumes(("data", "train-worker-0-tmp"), ("d",), ("train-worker-0-tmp",)),
+    ),
+    "none": ([], PodVolumes()),
+}
+
+
+@pytest.mark.parametrize("case", VOLUME_CASES.values(), ids=VOLUME_CASES.keys())
+def test_pod_volumes(case: tuple[list[dict[str, Any]], PodVolumes]) -> None:
+    volumes, expected = case
+    pod, _ = pod_from(patched(POD, (("spec", "volumes"), volumes)))
+    assert (pod.invalid_reason, pod.unsupported) == ("", "")
+    assert pod.volumes == expected
+
+
+# ---- pods gangsched refuses ---------------------------------------------------------------
+
+RESOURCE_CLAIMS = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+
+UNSUPPORTED_CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "resource claims": (
+        _with_spec(resourceClaims=RESOURCE_CLAIMS),
+        [
+            "spec.resourceClaims: resource claims (Dynamic Resource Allocation) are not "
+            "supported by gangsched"
+        ],
+    ),
+    **{
+        f"inline {source}": (
+            _with_spec(
+                volumes=[
+                    {"name": "cfg", "configMap": {"name": "cfg"}},
+                    {"name": "disk", source: {"volumeID": "x"}},
+                ]
+            ),
+            [f"spec.volumes[1].{source}: inline {source} volumes are not supported by gangsched"],
+        )
+        for source in (
+            "gcePersistentDisk",
+            "awsElasticBlockStore",
+            "rbd",
+            "iscsi",
+            "azureDisk",
+            "azureFile",
+            "cinder",
+            "vsphereVolume",
+            "portworxVolume",
+        )
+    },
+    "RestartAllContainers rule (NodeDeclaredFeatures)": (
+        _with_spec(
+            containers=[
+                _ctr("a"),
+                _ctr(
+                    "b",
+                    restartPolicy="Never",
+                    restartPolicyRules=[
+                        {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}},
+                        {"action": "RestartAllContainers"},
+                    ],
+                ),
+            ]
+        ),
+        [
+            "spec.containers[1].restartPolicyRules[1].action: RestartAllContainers needs a node "
+            "that declares the feature RestartAllContainersOnContainerExits"
+        ],
+    ),
+    "RestartAllContainers rule on an init container": (
+        _with_spec(
+            initContainers=[_ctr("i", restartPolicyRules=[{"action": "RestartAllContainers"}])]
+        ),
+        ["spec.initContainers[0].restartPolicyRules[0].action"],
+    ),
+    "user namespace with hostNetwork (NodeDeclaredFeatures)": (
+        _with_spec(hostNetwork=True, hostUsers=False),
+        ["spec.hostUsers: a user namespace with hostNetwork needs a node that declares"],
+    ),
+    "several fields, each named": (
+        _with_spec(
+            resourceClaims=RESOURCE_CLAIMS,
+            volumes=[{"name": "d", "rbd": {"image": "i"}}, {"name": "e", "cinder": {}}],
+        ),
+        ["spec.resourceClaims", "spec.volumes[0].rbd", "spec.volumes[1].cinder"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", UNSUPPORTED_CASES.values(), ids=UNSUPPORTED_CASES.keys())
+def test_unsupported_pod(case: tuple[dict[str, Any], list[str]]) -> None:
+    obj, expected = case
+    pod, membership = pod_from(obj)
+    assert pod.invalid_reason == ""
+    for text in expected:
+        assert text in pod.unsupported
+    assert pod.refused == pod.unsupported
+    # Everything else is read: it is reported and accounted like any other pod.
+    assert (pod.key, pod.group, membership.key) == ("ml/train-worker-0", "ml/train", "ml/train")
+    assert pod.labels == POD["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"resourceClaims": []},
+        {"resourceClaims": None},
+        {"hostUsers": False},
+        {"hostNetwork": True, "hostUsers": True},
+        {"containers": [_ctr("a", restartPolicyRules=[{"action": "Restart"}])]},
+        {"volumes": [{"name": "d", "gcePersistentDisk": None}]},
+    ],
+    ids=repr,
+)
+def test_supported_lookalikes_are_not_refused(spec: dict[str, Any]) -> None:
+    pod, _ = pod_from(_with_spec(**spec))
+    assert (pod.invalid_reason, pod.unsupported) == ("", "")
+
+
+def test_unsupported_bound_pod_still_counts_its_ports_and_terms() -> None:
+    obj = _with_spec(
+        nodeName="gpu-a100-0",
+        resourceClaims=RESOURCE_CLAIMS,
+        containers=[_ctr("a", {"cpu": "1"}, ports=[_port(80, hostPort=80)])],
+        affinity={"podAntiAffinity": {REQUIRED_KEY: [_term(labelSelector=APP_SELECTOR)]}},
+        topologySpreadConstraints=[_spread()],
+    )
+    obj = patched(obj, (("status", "phase"), "Running"))
+    pod, _ = pod_from(obj)
+    assert pod.unsupported.startswith("spec.resourceClaims")
+    assert pod.node_name == "gpu-a100-0"
+    assert pod.requests == {"cpu": 1000, "pods": 1}
+    assert pod.host_ports == (HostPort(80),)
+    assert pod.pod_affinity.required_anti == (PodAffinityTerm(HOST, APP, ML),)
+    assert pod.spread == (SpreadConstraint(1, ZONE, "DoNotSchedule", APP),)
+
+
+def _affinity_term(kind: str, term: object) -> tuple[Path, object]:
+    return (AFFINITY, {kind: {REQUIRED_KEY: [term]}})
+
+
+ANTI_TERM = "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]"
+SPREAD0 = "spec.topologySpreadConstraints[0]"
+TSC: Path = ("spec", "topologySpreadConstraints")
+
+INVALID_CONSTRAINT_CASES: dict[str, tuple[tuple[Path, object], str]] = {
+    "unknown selector operator": (
+        _affinity_term(
+            "podAntiAffinity",
+            _term(labelSelector={"matchExpressions": [{"key": "a", "operator": "Gt"}]}),
+        ),
+        f"{ANTI_TERM}.labelSelector.matchExpressions[0].operator",
+    ),
+    "In without values": (
+        _affinity_term(
+            "podAntiAffinity",
+            _term(labelSelector={"matchExpressions": [{"key": "a", "operator": "In"}]}),
+        ),
+        f"{ANTI_TERM}.labelSelector.matchExpressions[0].values",
+    ),
+    "Exists with values": (
+        _affinity_term(
+            "podAntiAffinity",
+            _term(
+                labelSelector={
+                    "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]
+                }
+            ),
+        ),
+        f"{ANTI_TERM}.labelSelector.matchExpressions[0].values",
+    ),
+    "selector value not a string": (
+        _affinity_term(
+            "podAntiAffinity",
+            _term(
+                labelSelector={"matchExpressions": [{"key": "a", "operator": "In", "values": [1]}]}
+            ),
+        ),
+        f"{ANTI_TERM}.labelSelector.matchExpressions[0].values[0]",
+    ),
+    "matchLabels value not a string": (
+        _affinity_term("podAntiAffinity", _term(labelSelector={"matchLabels": {"app": None}})),
+        f"{ANTI_TERM}.labelSelector.matchLabels.app",
+    ),
+    "no topologyKey": (
+        _affinity_term("podAntiAffinity", {"labelSelector": APP_SELECTOR}),
+        f"{ANTI_TERM}.topologyKey",
+    ),
+    "empty topologyKey": (
+        _affinity_term("podAffinity", _term(topologyKey="", labelSelector=APP_SELECTOR)),
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey",
+    ),
+    "namespaces not a list": (
+        _affinity_term("podAntiAffinity", _term(labelSelector=APP_SELECTOR, namespaces="ml")),
+        f"{ANTI_TERM}.namespaces",
+    ),
+    "bad namespaceSelector": (
+        _affinity_term(
+            "podAntiAffinity",
+            _term(
+                labelSelector=APP_SELECTOR,
+                namespaceSelector={"matchExpressions": [{"key": "t", "operator": "Near"}]},
+            ),
+        ),
+        f"{ANTI_TERM}.namespaceSelector.matchExpressions[0].operator",
+    ),
+    "matchLabelKeys not strings": (
+        _affinity_term("podAntiAffinity", _term(labelSelector={}, matchLabelKeys=[7])),
+        f"{ANTI_TERM}.matchLabelKeys[0]",
+    ),
+    "preferred weight 0": (
+        (
+            AFFINITY,
+            {"podAffinity": {PREFERRED_KEY: [{"weight": 0, "podAffinityTerm": _term()}]}},
+        ),
+        "spec.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+    ),
+    "preferred weight 101": (
+        (
+            AFFINITY,
+            {"podAntiAffinity": {PREFERRED_KEY: [{"weight": 101, "podAffinityTerm": _term()}]}},
+        ),
+        "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+    ),
+    "preferred weight a string": (
+        (
+            AFFINITY,
+            {"podAntiAffinity": {PREFERRED_KEY: [{"weight": "5", "podAffinityTerm": _term()}]}},
+        ),
+        "preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+    ),
+    "preferred without a term": (
+        (AFFINITY, {"podAntiAffinity": {PREFERRED_KEY: [{"weight": 5}]}}),
+        "preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm",
+    ),
+    "podAntiAffinity not an object": (
+        (AFFINITY, {"podAntiAffinity": [_term()]}),
+        "spec.affinity.podAntiAffinity",
+    ),
+    "required terms not a list": (
+        (AFFINITY, {"podAffinity": {REQUIRED_KEY: _term()}}),
+        "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+    ),
+    "maxSkew 0": ((TSC, [_spread(maxSkew=0)]), f"{SPREAD0}.maxSkew"),
+    "maxSkew a string": ((TSC, [_spread(maxSkew="1")]), f"{SPREAD0}.maxSkew"),
+    "maxSkew a float": ((TSC, [_spread(maxSkew=1.5)]), f"{SPREAD0}.maxSkew"),
+    "maxSkew missing": (
+        (TSC, [{"topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule"}]),
+        f"{SPREAD0}.maxSkew",
+    ),
+    "unknown whenUnsatisfiable": (
+        (TSC, [_spread(whenUnsatisfiable="Sometimes")]),
+        f"{SPREAD0}.whenUnsatisfiable",
+    ),
+    "whenUnsatisfiable missing": (
+        (TSC, [{"maxSkew": 1, "topologyKey": ZONE}]),
+        f"{SPREAD0}.whenUnsatisfiable",
+    ),
+    "spread without a topologyKey": ((TSC, [_spread(topologyKey="")]), f"{SPREAD0}.topologyKey"),
+    "minDomains 0": ((TSC, [_spread(minDomains=0)]), f"{SPREAD0}.minDomains"),
+    "minDomains with ScheduleAnyway": (
+        (TSC, [_spread(minDomains=2, whenUnsatisfiable="ScheduleAnyway")]),
+        f"{SPREAD0}.minDomains",
+    ),
+    "unknown nodeAffinityPolicy": (
+        (TSC, [_spread(nodeAffinityPolicy="Always")]),
+        f"{SPREAD0}.nodeAffinityPolicy",
+    ),
+    "unknown nodeTaintsPolicy": (
+        (TSC, [_spread(nodeTaintsPolicy="honor")]),
+        f"{SPREAD0}.nodeTaintsPolicy",
+    ),
+    "duplicate topologyKey and whenUnsatisfiable": (
+        (TSC, [_spread(), _spread(maxSkew=2)]),
+        "spec.topologySpreadConstraints[1]: duplicate",
+    ),
+    "bad spread selector": (
+        (TSC, [_spread(labelSelector={"matchExpressions": [{"key": "a", "operator": "Lt"}]})]),
+        f"{SPREAD0}.labelSelector.matchExpressions[0].operator",
+    ),
+    "topologySpreadConstraints not a list": ((TSC, _spread()), "spec.topologySpreadConstraints"),
+    "hostPort above 65535": (
+        ((*C0, "ports"), [_port(80, hostPort=70000)]),
+        "spec.containers[0].ports[0].hostPort",
+    ),
+    "negative hostPort": (
+        ((*C0, "ports"), [_port(80, hostPort=-1)]),
+        "spec.containers[0].ports[0].hostPort",
+    ),
+    "hostPort a string": (
+        ((*C0, "ports"), [_port(80, hostPort="80")]),
+        "spec.containers[0].ports[0].hostPort",
+    ),
+    "unknown protocol": (
+        ((*C0, "ports"), [_port(80, hostPort=80, protocol="tcp")]),
+        "spec.containers[0].ports[0].protocol",
+    ),
+    "hostIP not a string": (
+        ((*C0, "ports"), [_port(80, hostPort=80, hostIP=["10.0.0.1"])]),
+        "spec.containers[0].ports[0].hostIP",
+    ),
+    "ports not a list": (((*C0, "ports"), {"containerPort": 80}), "spec.containers[0].ports"),
+    "scheduling gate without a name": (
+        (("spec", "schedulingGates"), [{"name": ""}]),
+        "spec.schedulingGates[0].name",
+    ),
+    "scheduling gate not an object": (
+        (("spec", "schedulingGates"), ["kueue"]),
+        "spec.schedulingGates[0]",
+    ),
+    "claim without a name": (
+        (("spec", "volumes"), [{"name": "d", "persistentVolumeClaim": {}}]),
+        "spec.volumes[0].persistentVolumeClaim.claimName",
+    ),
+    "ephemeral volume without a name": (
+        (("spec", "volumes"), [{"ephemeral": {"volumeClaimTemplate": {}}}]),
+        "spec.volumes[0].name",
+    ),
+    "inline CSI volume without a driver": (
+        (("spec", "volumes"), [{"name": "s", "csi": {"readOnly": True}}]),
+        "spec.volumes[0].csi.driver",
+    ),
+    "volumes not a list": ((("spec", "volumes"), {"name": "d"}), "spec.volumes"),
+    "resourceClaims not a list": (
+        (("spec", "resourceClaims"), {"name": "gpu"}),
+        "spec.resourceClaims",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "case", INVALID_CONSTRAINT_CASES.values(), ids=INVALID_CONSTRAINT_CASES.keys()
+)
+def test_invalid_constraint(case: tuple[tuple[Path, object], str]) -> None:
+    change, field = case
+    pod, membership = pod_from(patched(POD, change))
+    assert field in pod.invalid_reason
+    assert pod.refused == pod.invalid_reason
+    assert (pod.key, pod.group, membership.key) == ("ml/train-worker-0", "ml/train", "ml/train")
+    assert pod.labels == POD["metadata"]["labels"]
+
+
+def test_each_bad_part_is_reported_and_the_others_still_read() -> None:
+    obj = _with_spec(
+        containers=[_ctr("a", {"cpu": "2"}, ports=[_port(80, hostPort=80)])],
+        topologySpreadConstraints=[_spread(maxSkew=0)],
+        schedulingGates=[{"name": 5}],
+        volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
+    )
+    pod, _ = pod_from(obj)
+    assert f"{SPREAD0}.maxSkew" in pod.invalid_reason
+    assert "spec.schedulingGates[0].name" in pod.invalid_reason
+    assert pod.requests == {"cpu": 2000, "pods": 1}
+    assert pod.host_ports == (HostPort(80),)
+    assert pod.volumes == PodVolumes(("data",))
+
+
+# ---- namespaces ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("obj", "expected"),
+    [
+        (
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": "ml",
+                    "labels": {"kubernetes.io/metadata.name": "ml", "team": "research"},
+                },
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            },
+            ("ml", {"kubernetes.io/metadata.name": "ml", "team": "research"}),
+        ),
+        ({"metadata": {"name": "bare"}}, ("bare", {})),
+        ({"metadata": {"name": "odd", "labels": ["team"]}}, ("odd", {})),
+        ({"metadata": {"name": HUGE_NAME}}, ("", {})),
+        ({"metadata": "x"}, ("", {})),
+        ({}, ("", {})),
+    ],
+    ids=["realistic", "no labels", "labels not an object", "huge name", "bad metadata", "empty"],
+)
+def test_namespace(obj: dict[str, Any], expected: tuple[str, dict[str, str]]) -> None:
+    assert namespace_from(obj) == expected
+
+
 # ---- hostile input never raises -----------------------------------------------------------
 
 HUGE = 10**5000  # more digits than Python will turn into a string
@@ -1172,6 +2258,60 @@ HOSTILE: dict[str, tuple[Callable[[Any], Any], dict[str, Any]]] = {
                     "gang.scheduling.koordinator.sh/groups": "[" * 100_000,
                 },
             ),
+        ),
+    ),
+    "pod selector value a huge integer": (
+        pod_from,
+        patched(
+            MINIMAL_POD,
+            (
+                ("spec", "affinity"),
+                {
+                    "podAntiAffinity": {
+                        REQUIRED_KEY: [
+                            {"topologyKey": "h", "labelSelector": {"matchLabels": {"a": HUGE}}}
+                        ]
+                    }
+                },
+            ),
+        ),
+    ),
+    "pod affinity weight a huge integer": (
+        pod_from,
+        patched(
+            MINIMAL_POD,
+            (
+                ("spec", "affinity"),
+                {"podAffinity": {PREFERRED_KEY: [{"weight": HUGE, "podAffinityTerm": {}}]}},
+            ),
+        ),
+    ),
+    "pod maxSkew infinite": (
+        pod_from,
+        patched(
+            MINIMAL_POD,
+            (
+                ("spec", "topologySpreadConstraints"),
+                [{"maxSkew": float("inf"), "topologyKey": "z", "whenUnsatisfiable": "x"}],
+            ),
+        ),
+    ),
+    "pod hostPort a huge integer": (
+        pod_from,
+        patched(
+            MINIMAL_POD,
+            (("spec", "containers"), [{"name": "c", "ports": [{"hostPort": HUGE}]}]),
+        ),
+    ),
+    "pod scheduling gate a huge integer": (
+        pod_from,
+        patched(MINIMAL_POD, (("spec", "schedulingGates"), [{"name": HUGE}])),
+    ),
+    "pod volume claim name nested": (
+        pod_from,
+        patched(
+            MINIMAL_POD,
+            (("spec", "volumes"), [{"persistentVolumeClaim": {"claimName": [[HUGE]]}}]),
         ),
     ),
     "podgroup metadata not an object": (podgroup_from, patched(MINIMAL_PG, (("metadata",), 5))),

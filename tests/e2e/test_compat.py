@@ -75,7 +75,7 @@ def test_volcano_podgroup_with_task_minimums(
 def test_annotation_gang_without_podgroup(
     control_plane: ControlPlane, running_scheduler: SchedulerProcess, ns: str, nodes: Nodes
 ) -> None:
-    """Annotation-only gangs: group-name + group-pod-num annotations declare the gang on the pods."""
+    """Annotation-only gangs: group-name + group-pod-num annotations declare the gang."""
     cp = control_plane
     sel = nodes(1, gpus=2)
     ann = {"scheduling.k8s.io/group-name": "qj-1", "scheduling.k8s.io/group-pod-num": "3"}

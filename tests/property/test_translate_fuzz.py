@@ -19,9 +19,18 @@ Two families of properties:
     the gang itself); the scheduler-plugins and Volcano flavours never carry fields their APIs
     do not have.
 
+  Whatever the pod, what other pods' plugins read from it (labels, inter-pod affinity terms,
+  spread constraints, host ports, gates, volumes) is well-formed: selectors only with the
+  label-selector operators and values as each needs, weights from 1 to 100, ports from 1 to
+  65535 with a known protocol, no two spread constraints on the same key and action.
+
 - Valid input. Objects built only from valid parts (quantities drawn from the Kubernetes
   grammar, with their exact value computed alongside) translate with no ``invalid_reason``, and
-  every field equals an independent computation, the pod's effective request included.
+  every field equals an independent computation, the pod's effective request included; label
+  selectors with matchLabelKeys / mismatchLabelKeys come either as the API server stores them
+  (already merged) or not merged, and read the same. Adding fields gangsched refuses (resource
+  claims, in-tree volumes, fields of kube-scheduler's NodeDeclaredFeatures) sets
+  ``unsupported``, naming each, and changes nothing else.
 """
 
 from __future__ import annotations
@@ -42,21 +51,29 @@ from gangsched.core.model import (
     AffinityTerm,
     GangMode,
     GangSpec,
+    HostPort,
+    LabelSelector,
     Node,
     NodeAffinity,
     Placement,
     Pod,
+    PodAffinity,
+    PodAffinityTerm,
     PodPhase,
+    PodVolumes,
     PreferredTerm,
     Requirement,
     RoleSpec,
+    SpreadConstraint,
     Taint,
     Toleration,
     TopologySpec,
+    WeightedPodAffinityTerm,
 )
 from gangsched.kube import labels as lbl
 from gangsched.kube.membership import Membership
 from gangsched.kube.translate import (
+    namespace_from,
     node_from,
     pod_from,
     podgroup_from,
@@ -85,6 +102,8 @@ VALID = settings(
 
 MAX_AMOUNT = 2**62  # the largest amount the translator accepts for one resource
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
 Obj = dict[str, Any]
 
 
@@ -135,6 +154,41 @@ FIELD_NAMES = [
     "capacity",
     "taints",
     "unschedulable",
+    "podAffinity",
+    "podAntiAffinity",
+    "podAffinityTerm",
+    "labelSelector",
+    "matchLabels",
+    "matchLabelKeys",
+    "mismatchLabelKeys",
+    "namespaces",
+    "namespaceSelector",
+    "topologyKey",
+    "topologySpreadConstraints",
+    "maxSkew",
+    "minDomains",
+    "whenUnsatisfiable",
+    "nodeAffinityPolicy",
+    "nodeTaintsPolicy",
+    "ports",
+    "hostPort",
+    "containerPort",
+    "protocol",
+    "hostIP",
+    "hostNetwork",
+    "hostUsers",
+    "schedulingGates",
+    "volumes",
+    "persistentVolumeClaim",
+    "claimName",
+    "ephemeral",
+    "csi",
+    "driver",
+    "resourceClaims",
+    "restartPolicyRules",
+    "action",
+    "gcePersistentDisk",
+    "rbd",
     "minMember",
     "minResources",
     "scheduleTimeoutSeconds",
@@ -189,7 +243,18 @@ INTERESTING_TEXT = [
     "Ready",
     "Always",
     "In",
+    "NotIn",
     "Exists",
+    "DoesNotExist",
+    "DoNotSchedule",
+    "ScheduleAnyway",
+    "Honor",
+    "Ignore",
+    "TCP",
+    "UDP",
+    "0.0.0.0",
+    "RestartAllContainers",
+    "kubernetes.io/hostname",
     "Gt",
     "Strict",
     "NonStrict",
@@ -246,6 +311,10 @@ special_values = (
 replacements = special_values | json_values
 
 
+def _flip(draw: st.DrawFn) -> bool:
+    return draw(st.booleans())
+
+
 def _paths(obj: object, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     yield prefix
     if isinstance(obj, dict):
@@ -270,7 +339,7 @@ def mutated(draw: st.DrawFn, base: st.SearchStrategy[Obj]) -> Obj:
     for _ in range(draw(st.integers(1, 4))):
         paths = list(_paths(obj))
         leaves = [p for p in paths if not isinstance(_at(obj, p), dict | list) or not _at(obj, p)]
-        path = draw(st.sampled_from(leaves if leaves and draw(st.booleans()) else paths))
+        path = draw(st.sampled_from(leaves if leaves and _flip(draw) else paths))
         action = draw(st.sampled_from(["replace", "replace", "add", "delete"]))
         target = _at(obj, path)
         if action == "add" and isinstance(target, dict):
@@ -343,7 +412,7 @@ def quantities(draw: st.DrawFn) -> tuple[object, Fraction]:
     else:
         exp = draw(st.integers(-9, 12))
         e = draw(st.sampled_from(["e", "E"]))
-        sign = "+" if exp >= 0 and draw(st.booleans()) else ""
+        sign = "+" if exp >= 0 and _flip(draw) else ""
         suffix = f"{e}{sign}{exp}"
         value *= Fraction(10) ** exp
     plus = "+" if draw(st.integers(0, 9)) == 0 else ""
@@ -433,7 +502,7 @@ def requirements(draw: st.DrawFn, field: bool = False) -> tuple[Obj, Requirement
     else:
         values = draw(st.lists(label_values, min_size=1, max_size=3))
     raw: Obj = {"key": key, "operator": op}
-    if values or draw(st.booleans()):
+    if values or _flip(draw):
         raw["values"] = values
     return raw, Requirement(key, op, tuple(values))
 
@@ -465,7 +534,7 @@ def tolerations(draw: st.DrawFn) -> tuple[Obj, Toleration]:
         raw["value"] = value
     if effect:
         raw["effect"] = effect
-    if effect == "NoExecute" and draw(st.booleans()):
+    if effect == "NoExecute" and _flip(draw):
         raw["tolerationSeconds"] = draw(st.integers(0, 3600))
     return raw, Toleration(key, op or "Equal", value, effect)
 
@@ -475,16 +544,16 @@ def containers(draw: st.DrawFn, name: str, init: bool) -> tuple[Obj, dict[str, i
     c: Obj = {"name": name, "image": "registry.example/app:1"}
     raw, parsed = draw(resource_lists(CONTAINER_RESOURCES))
     resources: Obj = {}
-    if raw or draw(st.booleans()):
+    if raw or _flip(draw):
         resources["requests"] = raw
     if draw(st.booleans()):  # limits are never read
         resources["limits"] = draw(resource_lists(CONTAINER_RESOURCES))[0]
-    if resources or draw(st.booleans()):
+    if resources or _flip(draw):
         c["resources"] = resources
-    sidecar = init and draw(st.booleans())
+    sidecar = init and _flip(draw)
     if sidecar:
         c["restartPolicy"] = "Always"
-    elif init and draw(st.booleans()):
+    elif init and _flip(draw):
         c["restartPolicy"] = draw(st.sampled_from(["OnFailure", "Never"]))
     return c, parsed, sidecar
 
@@ -519,6 +588,230 @@ def reference_requests(
     return {n: v for n, v in out.items() if v > 0}
 
 
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+TOPOLOGY_KEYS = ["kubernetes.io/hostname", "topology.kubernetes.io/zone", "rack"]
+# Label keys pods may carry for matchLabelKeys / mismatchLabelKeys, disjoint from label_keys
+# (which selectors use): the API refuses a key in both matchLabelKeys and the selector.
+POD_LABEL_KEYS = ["job", "revision", "tier", "absent-key"]
+
+
+@st.composite
+def selector_requirements(draw: st.DrawFn) -> tuple[Obj, Requirement]:
+    key = draw(label_keys)
+    op = draw(st.sampled_from(SELECTOR_OPERATORS))
+    values: list[str] = []
+    if op in ("In", "NotIn"):
+        values = draw(st.lists(label_values, min_size=1, max_size=3))
+    raw: Obj = {"key": key, "operator": op}
+    if values or _flip(draw):
+        raw["values"] = values
+    return raw, Requirement(key, op, tuple(values))
+
+
+@st.composite
+def label_selectors(draw: st.DrawFn) -> tuple[Obj | None, LabelSelector | None]:
+    """A metav1.LabelSelector (absent: None, which selects nothing) and its model."""
+    if draw(st.integers(0, 4)) == 0:
+        return None, None
+    labels = draw(st.dictionaries(label_keys, label_values, max_size=2))
+    exprs = draw(st.lists(selector_requirements(), max_size=3))
+    raw: Obj = {}
+    if labels or _flip(draw):
+        raw["matchLabels"] = labels
+    if exprs or _flip(draw):
+        raw["matchExpressions"] = [r for r, _ in exprs]
+    return raw, LabelSelector(tuple(sorted(labels.items())), tuple(e for _, e in exprs))
+
+
+@st.composite
+def label_key_merge(
+    draw: st.DrawFn,
+    raw_selector: Obj | None,
+    selector: LabelSelector | None,
+    labels: Mapping[str, str],
+    operators: tuple[str, ...],
+) -> tuple[dict[str, list[str]], Obj | None, LabelSelector | None]:
+    """matchLabelKeys (and mismatchLabelKeys when ``operators`` has NotIn) for a selector.
+
+    The model's selector is the API server's merge (``key In/NotIn (the pod's value)`` for
+    each key the pod has a label for, appended in order); the object holds the selector
+    either already merged (as read back from a v1.36 API server) or not (an older one)."""
+    keys = draw(st.lists(st.sampled_from(POD_LABEL_KEYS), unique=True, max_size=3))
+    split = draw(st.integers(0, len(keys)))
+    lists = {"matchLabelKeys": keys[:split], "mismatchLabelKeys": keys[split:]}
+    if "NotIn" not in operators:
+        lists = {"matchLabelKeys": keys}
+    fields = {name: ks for name, ks in lists.items() if ks or _flip(draw)}
+    if selector is None or raw_selector is None:
+        return fields, raw_selector, selector
+    merged = [
+        Requirement(k, op, (labels[k],))
+        for name, op in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn"))
+        for k in lists.get(name, [])
+        if k in labels
+    ]
+    expected = LabelSelector(selector.match_labels, (*selector.match_expressions, *merged))
+    if merged and _flip(draw):
+        raw_selector = copy.deepcopy(raw_selector)
+        raw_selector.setdefault("matchExpressions", []).extend(
+            {"key": r.key, "operator": r.operator, "values": list(r.values)} for r in merged
+        )
+    return fields, raw_selector, expected
+
+
+@st.composite
+def pod_affinity_terms(
+    draw: st.DrawFn, ns: str, labels: Mapping[str, str]
+) -> tuple[Obj, PodAffinityTerm]:
+    topology = draw(st.sampled_from(TOPOLOGY_KEYS))
+    raw_selector, selector = draw(label_selectors())
+    keys, raw_selector, selector = draw(
+        label_key_merge(raw_selector, selector, labels, ("In", "NotIn"))
+    )
+    raw: Obj = {"topologyKey": topology, **keys}
+    if raw_selector is not None:
+        raw["labelSelector"] = raw_selector
+    namespaces = draw(st.lists(st.sampled_from(["default", "ml", "team-a", "kube-system"])))
+    if namespaces or _flip(draw):
+        raw["namespaces"] = namespaces
+    raw_ns_selector, ns_selector = draw(label_selectors())
+    if raw_ns_selector is not None:
+        raw["namespaceSelector"] = raw_ns_selector
+    chosen = frozenset(namespaces)
+    if not chosen and ns_selector is None:
+        chosen = frozenset({ns})
+    return raw, PodAffinityTerm(topology, selector, chosen, ns_selector)
+
+
+@st.composite
+def pod_affinities(draw: st.DrawFn, ns: str, labels: Mapping[str, str]) -> tuple[Obj, PodAffinity]:
+    raw: Obj = {}
+    parts: dict[str, tuple[Any, ...]] = {}
+    for kind, req_name, pref_name in (
+        ("podAffinity", "required", "preferred"),
+        ("podAntiAffinity", "required_anti", "preferred_anti"),
+    ):
+        required = draw(st.lists(pod_affinity_terms(ns, labels), max_size=2))
+        preferred = []
+        for term_raw, term in draw(st.lists(pod_affinity_terms(ns, labels), max_size=2)):
+            weight = draw(st.integers(1, 100))
+            preferred.append(
+                (
+                    {"weight": weight, "podAffinityTerm": term_raw},
+                    WeightedPodAffinityTerm(weight, term),
+                )
+            )
+        block: Obj = {}
+        if required or _flip(draw):
+            block[REQUIRED] = [r for r, _ in required]
+        if preferred or _flip(draw):
+            block[PREFERRED] = [r for r, _ in preferred]
+        if block or _flip(draw):
+            raw[kind] = block
+        parts[req_name] = tuple(t for _, t in required)
+        parts[pref_name] = tuple(t for _, t in preferred)
+    return raw, PodAffinity(**parts)
+
+
+@st.composite
+def spread_constraints(
+    draw: st.DrawFn, labels: Mapping[str, str]
+) -> tuple[list[Obj], tuple[SpreadConstraint, ...]]:
+    pairs = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(TOPOLOGY_KEYS), st.sampled_from(["DoNotSchedule", "ScheduleAnyway"])
+            ),
+            unique=True,
+            max_size=3,
+        )
+    )
+    raws: list[Obj] = []
+    out: list[SpreadConstraint] = []
+    for topology, when in pairs:
+        skew = draw(st.integers(1, 10))
+        raw: Obj = {"maxSkew": skew, "topologyKey": topology, "whenUnsatisfiable": when}
+        raw_selector, selector = draw(label_selectors())
+        keys, raw_selector, selector = draw(
+            label_key_merge(raw_selector, selector, labels, ("In",))
+        )
+        raw.update(keys)
+        if raw_selector is not None:
+            raw["labelSelector"] = raw_selector
+        min_domains = None
+        if when == "DoNotSchedule" and _flip(draw):
+            raw["minDomains"] = min_domains = draw(st.integers(1, 5))
+        affinity_policy, taints_policy = "Honor", "Ignore"
+        if draw(st.booleans()):
+            raw["nodeAffinityPolicy"] = affinity_policy = draw(st.sampled_from(["Honor", "Ignore"]))
+        if draw(st.booleans()):
+            raw["nodeTaintsPolicy"] = taints_policy = draw(st.sampled_from(["Honor", "Ignore"]))
+        raws.append(raw)
+        out.append(
+            SpreadConstraint(
+                skew, topology, when, selector, min_domains, affinity_policy, taints_policy
+            )
+        )
+    return raws, tuple(out)
+
+
+@st.composite
+def container_ports(draw: st.DrawFn, host_network: bool) -> tuple[list[Obj], list[HostPort]]:
+    """A container's ports and the host ports they take (with hostNetwork, every container
+    port is a host port)."""
+    raws: list[Obj] = []
+    taken: list[HostPort] = []
+    for _ in range(draw(st.integers(0, 3))):
+        container_port = draw(st.integers(1, 65535))
+        raw: Obj = {"containerPort": container_port}
+        host_port = 0
+        if draw(st.booleans()):
+            raw["hostPort"] = host_port = draw(st.integers(1, 65535))
+        elif draw(st.booleans()):
+            raw["hostPort"] = 0
+        if host_network and host_port == 0:
+            host_port = container_port
+        protocol = "TCP"
+        if draw(st.booleans()):
+            raw["protocol"] = protocol = draw(st.sampled_from(["TCP", "UDP", "SCTP"]))
+        ip = ""
+        if draw(st.booleans()):
+            raw["hostIP"] = chosen = draw(st.sampled_from(["", "0.0.0.0", "10.0.0.7", "::1"]))
+            ip = "" if chosen == "0.0.0.0" else chosen
+        raws.append(raw)
+        if host_port:
+            taken.append(HostPort(host_port, protocol, ip))
+    return raws, taken
+
+
+@st.composite
+def pod_volumes(draw: st.DrawFn, pod_name: str) -> tuple[list[Obj], PodVolumes]:
+    raws: list[Obj] = []
+    claims: list[str] = []
+    drivers: list[str] = []
+    ephemeral: list[str] = []
+    for i in range(draw(st.integers(0, 4))):
+        name = f"v{i}"
+        kind = draw(st.sampled_from(["pvc", "ephemeral", "csi", "configMap", "emptyDir"]))
+        if kind == "pvc":
+            claim = draw(dns_labels)
+            raws.append({"name": name, "persistentVolumeClaim": {"claimName": claim}})
+            claims.append(claim)
+        elif kind == "ephemeral":
+            raws.append({"name": name, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
+            claims.append(f"{pod_name}-{name}")
+            ephemeral.append(f"{pod_name}-{name}")
+        elif kind == "csi":
+            driver = draw(st.sampled_from(["secrets-store.csi.k8s.io", "ebs.csi.aws.com"]))
+            raws.append({"name": name, "csi": {"driver": driver}})
+            drivers.append(driver)
+        elif kind == "configMap":
+            raws.append({"name": name, "configMap": {"name": "cfg"}})
+        else:
+            raws.append({"name": name, "emptyDir": {}})
+    return raws, PodVolumes(tuple(claims), tuple(drivers), tuple(ephemeral))
+
+
 @st.composite
 def valid_pods(draw: st.DrawFn) -> tuple[Obj, Pod]:
     """A valid pod object and the Pod it must translate to."""
@@ -544,14 +837,38 @@ def valid_pods(draw: st.DrawFn) -> tuple[Obj, Pod]:
         group = f"{ns}/{g}"
     if draw(st.booleans()):
         labels[lbl.ROLE_LABEL] = role = draw(dns_labels)
+    labels.update(draw(st.dictionaries(st.sampled_from(POD_LABEL_KEYS[:-1]), label_values)))
     meta["labels"] = labels
 
     spec: Obj = {}
     app = [draw(containers(f"c{i}", init=False)) for i in range(draw(st.integers(0, 3)))]
     spec["containers"] = [c for c, _, _ in app]
     init = [draw(containers(f"i{i}", init=True)) for i in range(draw(st.integers(0, 3)))]
-    if init or draw(st.booleans()):
+    if init or _flip(draw):
         spec["initContainers"] = [c for c, _, _ in init]
+    # Host ports: those of sidecars (restartable init containers), then of app containers.
+    host_network = draw(st.booleans())
+    if host_network or _flip(draw):
+        spec["hostNetwork"] = host_network
+    host_ports: list[HostPort] = []
+    for c, _, counted in [*init, *((c, r, True) for c, r, _ in app)]:
+        raw_ports, taken = draw(container_ports(host_network))
+        if raw_ports or _flip(draw):
+            c["ports"] = raw_ports
+        if counted:
+            host_ports.extend(taken)
+    raw_affinity, pod_affinity = draw(pod_affinities(ns, labels))
+    raw_spread, spread = draw(spread_constraints(labels))
+    if raw_spread or _flip(draw):
+        spec["topologySpreadConstraints"] = raw_spread
+    gates = draw(st.lists(st.sampled_from(["kueue.x-k8s.io/admission", "example.com/hold"])))
+    if gates or _flip(draw):
+        spec["schedulingGates"] = [{"name": g} for g in gates]
+    raw_volumes, volumes = draw(pod_volumes(name))
+    if raw_volumes or _flip(draw):
+        spec["volumes"] = raw_volumes
+    if draw(st.booleans()):
+        spec["resourceClaims"] = []
     overhead: dict[str, int] = {}
     if draw(st.booleans()):
         spec["overhead"], overhead = draw(resource_lists(["cpu", "memory"]))
@@ -588,8 +905,10 @@ def valid_pods(draw: st.DrawFn) -> tuple[Obj, Pod]:
         preferred.append(({"weight": weight, "preference": raw_term}, PreferredTerm(weight, term)))
     if preferred:
         node_affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [r for r, _ in preferred]
-    if node_affinity:
-        spec["affinity"] = {"nodeAffinity": node_affinity}
+    if node_affinity or raw_affinity:
+        spec["affinity"] = dict(raw_affinity)
+        if node_affinity or _flip(draw):
+            spec["affinity"]["nodeAffinity"] = node_affinity
     tols = draw(st.lists(tolerations(), max_size=3))
     if tols:
         spec["tolerations"] = [r for r, _ in tols]
@@ -620,6 +939,12 @@ def valid_pods(draw: st.DrawFn) -> tuple[Obj, Pod]:
         group=group,
         role=role,
         deleting=deleting,
+        labels=labels,
+        pod_affinity=pod_affinity,
+        spread=spread,
+        host_ports=tuple(host_ports),
+        gates=tuple(gates),
+        volumes=volumes,
     )
     return obj, expected
 
@@ -643,7 +968,7 @@ def valid_nodes(draw: st.DrawFn) -> tuple[Obj, Node]:
         spec.setdefault("taints", []).append(raw)
         taints.append(Taint(key, value, effect))
     unschedulable = draw(st.booleans())
-    if unschedulable or draw(st.booleans()):
+    if unschedulable or _flip(draw):
         spec["unschedulable"] = unschedulable
     conditions = []
     ready = False
@@ -654,7 +979,7 @@ def valid_nodes(draw: st.DrawFn) -> tuple[Obj, Node]:
             ready = status == "True"
     raw_alloc, alloc = draw(resource_lists(NODE_RESOURCES, max_size=len(NODE_RESOURCES)))
     status_obj: Obj = {"conditions": conditions}
-    if raw_alloc and draw(st.booleans()):  # capacity stands in for a missing allocatable
+    if raw_alloc and _flip(draw):  # capacity stands in for a missing allocatable
         status_obj["capacity"] = raw_alloc
     else:
         status_obj["allocatable"] = raw_alloc
@@ -687,7 +1012,7 @@ def valid_podgroups(draw: st.DrawFn) -> tuple[Obj, GangSpec]:
     min_member = draw(st.integers(1, 1000))
     spec: Obj = {"minMember": min_member}
     raw_res, res = draw(resource_lists(GANG_RESOURCES))
-    if raw_res or draw(st.booleans()):
+    if raw_res or _flip(draw):
         spec["minResources"] = raw_res
     timeout = None
     if draw(st.booleans()):
@@ -699,7 +1024,7 @@ def valid_podgroups(draw: st.DrawFn) -> tuple[Obj, GangSpec]:
         spec["mode"] = str(mode)
     role_names = draw(st.lists(dns_labels, unique=True, max_size=4))
     roles = tuple(RoleSpec(r, draw(st.integers(0, min_member))) for r in role_names)
-    if roles or draw(st.booleans()):
+    if roles or _flip(draw):
         spec["roles"] = [{"name": r.name, "minMember": r.min_member} for r in roles]
     group_names = draw(
         st.lists(st.tuples(st.sampled_from(["", "ml", "other"]), dns_labels), max_size=4)
@@ -710,7 +1035,7 @@ def valid_podgroups(draw: st.DrawFn) -> tuple[Obj, GangSpec]:
         spec["gangGroup"] = raw_group
         gang_group = tuple(sorted({key, *(f"{n or ns}/{g}" for n, g in group_names)}))
     topology = TopologySpec()
-    if role_names and draw(st.booleans()):
+    if role_names and _flip(draw):
         aff = draw(st.lists(st.lists(st.sampled_from(role_names), min_size=1), max_size=2))
         anti = draw(st.lists(st.lists(st.sampled_from(role_names), min_size=1), max_size=2))
         spec["topology"] = {"affinity": aff, "antiAffinity": anti}
@@ -745,9 +1070,9 @@ def valid_volcano_podgroups(draw: st.DrawFn) -> tuple[Obj, GangSpec]:
     tasks = draw(st.dictionaries(dns_labels, st.integers(0, min_member), max_size=4))
     raw_res, res = draw(resource_lists(GANG_RESOURCES))
     spec: Obj = {"minMember": min_member, "queue": "default"}
-    if tasks or draw(st.booleans()):
+    if tasks or _flip(draw):
         spec["minTaskMember"] = tasks
-    if raw_res or draw(st.booleans()):
+    if raw_res or _flip(draw):
         spec["minResources"] = raw_res
     obj = {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -802,6 +1127,26 @@ def check_pod(obj: Mapping[str, Any], pod: Pod, membership: Membership) -> None:
     if membership.error:
         assert pod.group == ""
         assert membership.error in pod.invalid_reason
+    # what other pods' plugins read is well-formed even on a pod that is refused
+    assert isinstance(pod.unsupported, str)
+    assert pod.refused == (pod.invalid_reason or pod.unsupported)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in pod.labels.items())
+    check_pod_affinity(pod.pod_affinity)
+    check_spread(pod.spread)
+    for port in pod.host_ports:
+        assert isinstance(port, HostPort)
+        assert _is_int(port.port)
+        assert 1 <= port.port <= 65535
+        assert port.protocol in ("TCP", "UDP", "SCTP")
+        assert isinstance(port.ip, str)
+        assert port.ip != "0.0.0.0"
+    assert _str_tuple(pod.gates)
+    assert all(pod.gates)
+    assert isinstance(pod.volumes, PodVolumes)
+    for names in (pod.volumes.claims, pod.volumes.inline_csi, pod.volumes.ephemeral):
+        assert _str_tuple(names)
+        assert all(names)
+    assert set(pod.volumes.ephemeral) <= set(pod.volumes.claims)
     if pod.invalid_reason:
         return
     assert _is_int(pod.priority)
@@ -825,6 +1170,59 @@ def check_pod(obj: Mapping[str, Any], pod: Pod, membership: Membership) -> None:
     for t in p.tolerations:
         assert isinstance(t, Toleration)
         assert _str_tuple((t.key, t.operator, t.value, t.effect))
+
+
+def check_selector(selector: LabelSelector | None) -> None:
+    if selector is None:
+        return
+    assert isinstance(selector, LabelSelector)
+    assert all(_str_tuple(kv) and len(kv) == 2 and kv[0] for kv in selector.match_labels)
+    for r in selector.match_expressions:
+        assert isinstance(r, Requirement)
+        assert isinstance(r.key, str)
+        assert r.key
+        assert _str_tuple(r.values)
+        assert r.operator in ("In", "NotIn", "Exists", "DoesNotExist")
+        assert bool(r.values) == (r.operator in ("In", "NotIn"))
+
+
+def check_pod_affinity(affinity: PodAffinity) -> None:
+    assert isinstance(affinity, PodAffinity)
+    hash(affinity)
+    weighted = (*affinity.preferred, *affinity.preferred_anti)
+    for w in weighted:
+        assert isinstance(w, WeightedPodAffinityTerm)
+        assert _is_int(w.weight)
+        assert 1 <= w.weight <= 100
+    for term in (*affinity.required, *affinity.required_anti, *(w.term for w in weighted)):
+        assert isinstance(term, PodAffinityTerm)
+        assert isinstance(term.topology_key, str)
+        assert term.topology_key
+        assert isinstance(term.namespaces, frozenset)
+        assert all(isinstance(n, str) and n for n in term.namespaces)
+        assert term.namespaces or term.namespace_selector is not None
+        check_selector(term.selector)
+        check_selector(term.namespace_selector)
+
+
+def check_spread(spread: tuple[SpreadConstraint, ...]) -> None:
+    assert isinstance(spread, tuple)
+    hash(spread)
+    for c in spread:
+        assert isinstance(c, SpreadConstraint)
+        assert _is_int(c.max_skew)
+        assert c.max_skew >= 1
+        assert isinstance(c.topology_key, str)
+        assert c.topology_key
+        assert c.when_unsatisfiable in ("DoNotSchedule", "ScheduleAnyway")
+        assert c.min_domains is None or (_is_int(c.min_domains) and c.min_domains >= 1)
+        if c.min_domains is not None:
+            assert c.when_unsatisfiable == "DoNotSchedule"
+        assert c.node_affinity_policy in ("Honor", "Ignore")
+        assert c.node_taints_policy in ("Honor", "Ignore")
+        check_selector(c.selector)
+    pairs = [(c.topology_key, c.when_unsatisfiable) for c in spread]
+    assert len(pairs) == len(set(pairs))
 
 
 def check_node(obj: Mapping[str, Any], node: Node) -> None:
@@ -963,6 +1361,15 @@ def test_every_translator_never_raises_on_random_objects(obj: Obj) -> None:
     check_volcano(obj, volcano_podgroup_from(obj))
 
 
+@FUZZ
+@given(obj=random_objects)
+def test_namespace_from_never_raises(obj: Obj) -> None:
+    name, labels = _run(namespace_from, obj)
+    assert isinstance(name, str)
+    assert type(labels) is dict
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
+
+
 def _each_field_replaced(obj: Obj, value: object) -> Iterator[tuple[tuple[Any, ...], Obj]]:
     """``obj`` with ``value`` put in place of each of its fields and items in turn (edited in
     place and restored after each step: the translators never modify their input)."""
@@ -1044,6 +1451,74 @@ def test_valid_pod_translates_exactly(case: tuple[Obj, Pod]) -> None:
     assert pod == expected
     assert membership.error == ""
     check_pod(obj, pod, membership)
+
+
+IN_TREE_VOLUMES = [
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "rbd",
+    "iscsi",
+    "azureDisk",
+    "azureFile",
+    "cinder",
+    "vsphereVolume",
+    "portworxVolume",
+]
+
+
+@st.composite
+def unsupported_additions(draw: st.DrawFn, obj: Obj) -> tuple[Obj, list[str]]:
+    """``obj`` (a valid pod) with one or more fields gangsched refuses added, and the field
+    path each one must be named by."""
+    obj = copy.deepcopy(obj)
+    spec = obj["spec"]
+    named: list[str] = []
+    choices = st.sampled_from(["resourceClaims", "volume", "restartRule", "hostUsers"])
+    for kind in draw(st.lists(choices, min_size=1, max_size=3, unique=True)):
+        if kind == "resourceClaims":
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-0"}]
+            named.append("spec.resourceClaims")
+        elif kind == "volume":
+            source = draw(st.sampled_from(IN_TREE_VOLUMES))
+            volumes = spec.setdefault("volumes", [])
+            at = draw(st.integers(0, len(volumes)))
+            volumes.insert(at, {"name": "legacy", source: {}})
+            named.append(f"spec.volumes[{at}].{source}")
+        elif kind == "restartRule" and spec["containers"]:
+            i = draw(st.integers(0, len(spec["containers"]) - 1))
+            spec["containers"][i]["restartPolicyRules"] = [{"action": "RestartAllContainers"}]
+            named.append(f"spec.containers[{i}].restartPolicyRules[0].action")
+        elif kind == "hostUsers":
+            spec["hostNetwork"] = True
+            spec["hostUsers"] = False
+            named.append("spec.hostUsers")
+    return obj, named
+
+
+@VALID
+@given(data=st.data(), case=valid_pods())
+def test_unsupported_fields_are_named_and_refused(
+    data: st.DataObject, case: tuple[Obj, Pod]
+) -> None:
+    """A valid pod with fields gangsched does not implement is refused (``unsupported``)
+    naming each of them, and still read exactly otherwise (it is accounted where it runs)."""
+    obj, expected = case
+    refused, named = data.draw(unsupported_additions(obj))
+    if not named:
+        return
+    pod, membership = pod_from(refused)
+    assert pod.invalid_reason == ""
+    for field in named:
+        assert field in pod.unsupported
+    assert pod.refused == pod.unsupported
+    check_pod(refused, pod, membership)
+    if "spec.hostUsers" in named:  # hostNetwork turned on: container ports became host ports
+        pod.host_ports = expected.host_ports
+    pod.unsupported = ""
+    expected.volumes = PodVolumes(
+        expected.volumes.claims, expected.volumes.inline_csi, expected.volumes.ephemeral
+    )
+    assert pod == expected
 
 
 @VALID

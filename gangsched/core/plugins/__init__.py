@@ -13,13 +13,20 @@ from gangsched.core.framework import (
     ScorePlugin,
 )
 from gangsched.core.plugins.gpu_binpack import GPUBinPack
+from gangsched.core.plugins.inter_pod_affinity import InterPodAffinity, InterPodAffinityScore
 from gangsched.core.plugins.least_allocated import LeastAllocated
 from gangsched.core.plugins.node_affinity import NodeAffinity, NodeAffinityScore
 from gangsched.core.plugins.node_name import NodeName
+from gangsched.core.plugins.node_ports import NodePorts
 from gangsched.core.plugins.node_unschedulable import NodeUnschedulable
+from gangsched.core.plugins.node_volume_limits import NodeVolumeLimits
 from gangsched.core.plugins.noderesources_fit import NodeResourcesFit
+from gangsched.core.plugins.pod_topology_spread import PodTopologySpread, PodTopologySpreadScore
 from gangsched.core.plugins.taint_toleration import TaintToleration, TaintTolerationScore
 from gangsched.core.plugins.task_topology import TaskTopology
+from gangsched.core.plugins.volume_binding import VolumeBinding
+from gangsched.core.plugins.volume_restrictions import VolumeRestrictions
+from gangsched.core.plugins.volume_zone import VolumeZone
 
 __all__ = [
     "DEFAULT_FILTERS",
@@ -27,15 +34,24 @@ __all__ = [
     "FILTERS",
     "SCORERS",
     "GPUBinPack",
+    "InterPodAffinity",
+    "InterPodAffinityScore",
     "LeastAllocated",
     "NodeAffinity",
     "NodeAffinityScore",
     "NodeName",
+    "NodePorts",
     "NodeResourcesFit",
     "NodeUnschedulable",
+    "NodeVolumeLimits",
+    "PodTopologySpread",
+    "PodTopologySpreadScore",
     "TaintToleration",
     "TaintTolerationScore",
     "TaskTopology",
+    "VolumeBinding",
+    "VolumeRestrictions",
+    "VolumeZone",
 ]
 
 # Factories by plugin name: each gets the PluginContext (cache, gang specs, settings).
@@ -48,12 +64,21 @@ FILTERS: dict[str, FilterFactory] = {
     TaintToleration.name: lambda ctx: TaintToleration(),
     NodeAffinity.name: lambda ctx: NodeAffinity(),
     NodeResourcesFit.name: lambda ctx: NodeResourcesFit(),
+    NodePorts.name: lambda ctx: NodePorts(),
+    PodTopologySpread.name: lambda ctx: PodTopologySpread(ctx.cache, ctx.settings),
+    InterPodAffinity.name: lambda ctx: InterPodAffinity(ctx.cache),
+    VolumeRestrictions.name: lambda ctx: VolumeRestrictions(ctx.cache),
+    NodeVolumeLimits.name: lambda ctx: NodeVolumeLimits(ctx.cache),
+    VolumeBinding.name: lambda ctx: VolumeBinding(ctx.cache),
+    VolumeZone.name: lambda ctx: VolumeZone(ctx.cache),
 }
 
 SCORERS: dict[str, ScoreFactory] = {
     GPUBinPack.name: lambda ctx: GPUBinPack(),
+    InterPodAffinityScore.name: lambda ctx: InterPodAffinityScore(ctx.cache, ctx.settings),
     LeastAllocated.name: lambda ctx: LeastAllocated(),
     NodeAffinityScore.name: lambda ctx: NodeAffinityScore(),
+    PodTopologySpreadScore.name: lambda ctx: PodTopologySpreadScore(ctx.cache, ctx.settings),
     TaintTolerationScore.name: lambda ctx: TaintTolerationScore(),
     TaskTopology.name: lambda ctx: TaskTopology(ctx.cache, ctx.gangs),
 }
@@ -66,12 +91,22 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "TaintToleration",
     "NodeAffinity",
     "NodeResourcesFit",
+    "NodePorts",
+    # kube-scheduler's order, which decides whose PreFilter message a pod gets first.
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "PodTopologySpread",
+    "InterPodAffinity",
 )
 
 DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
     "GPUBinPack": 10,
+    "InterPodAffinity": 2,
     "LeastAllocated": 1,
     "NodeAffinity": 2,
+    "PodTopologySpread": 2,
     "TaintToleration": 1,
     "TaskTopology": 20,
 }
