@@ -59,6 +59,7 @@ class ClusterCache:
         self._bucket_of: dict[str, int] = {}
         self.total_allocatable: ResourceList = {}  # over usable (ready) nodes
         self.total_requested: ResourceList = {}  # over usable (ready) nodes
+        self._total_free: ResourceList = {}  # sum over usable nodes of max(0, free) per resource
         self.static_generation = 0  # bumps when any node's non-resource attributes change
         # Counted pods by namespace and label, and their inter-pod affinity terms.
         self.pod_index = PodIndex()
@@ -171,7 +172,10 @@ class ClusterCache:
         return {k: len(v) for k, v in self._gpu_buckets.items()}
 
     def cluster_free(self, resource: str) -> int:
-        return self.total_allocatable.get(resource, 0) - self.total_requested.get(resource, 0)
+        """Free ``resource`` summed over Ready nodes, each node counting what it has left and
+        never less than nothing: a node whose pods hold more than it now offers (allocatable
+        shrank under running pods) hides no capacity of the others."""
+        return self._total_free.get(resource, 0)
 
     # ---- internals ---------------------------------------------------------------------
     def _count(self, uid: str, target: str, requests: ResourceList) -> None:
@@ -227,11 +231,13 @@ class ClusterCache:
         if info.usable and info.node is not None:
             sub_into(self.total_allocatable, info.node.allocatable)
             sub_into(self.total_requested, info.requested)
+            sub_into(self._total_free, _free_of(info.node.allocatable, info.requested))
 
     def _total(self, info: NodeInfo) -> None:
         if info.usable and info.node is not None:
             add_into(self.total_allocatable, info.node.allocatable)
             add_into(self.total_requested, info.requested)
+            add_into(self._total_free, _free_of(info.node.allocatable, info.requested))
 
     def _reindex(self, info: NodeInfo) -> None:
         old = self._bucket_of.pop(info.name, None)
@@ -245,3 +251,13 @@ class ClusterCache:
             if free > 0:
                 self._gpu_buckets.setdefault(free, {})[info.name] = None
                 self._bucket_of[info.name] = free
+
+
+def _free_of(allocatable: Mapping[str, int], requested: Mapping[str, int]) -> ResourceList:
+    """What a node has left per resource, never negative."""
+    out: ResourceList = {}
+    for k, v in allocatable.items():
+        left = v - requested.get(k, 0)
+        if left > 0:
+            out[k] = left
+    return out
