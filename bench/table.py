@@ -23,6 +23,9 @@ BENCHES = [
     "--nodes 5000 --gpus-per-node 8 --gang-size 8 --pods 48000",
     "--trace openb_node_list_gpu_node.csv --gang-size 8 --pods 4000",
     "--trace spotgpu_node_info.csv --gang-size 8 --pods 10000",
+    "--nodes 5000 --gpus-per-node 8 --gang-size 8 --pods 10000 --constraint anti-affinity",
+    "--nodes 5000 --gpus-per-node 8 --gang-size 8 --pods 10000 --constraint zone-spread",
+    "--nodes 5000 --gpus-per-node 8 --gang-size 8 --pods 4000 --constraint host-port",
 ]
 SIMS = ["examples/deadlock.yaml", "examples/openb-gpu.yaml", "examples/openb-saturate.yaml"]
 
