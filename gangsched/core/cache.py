@@ -116,7 +116,11 @@ class ClusterCache:
         if (
             old is not None
             and uid in self._counted_on
-            and (old.labels != pod.labels or old.pod_affinity != pod.pod_affinity)
+            and (
+                old.labels != pod.labels
+                or old.pod_affinity != pod.pod_affinity
+                or old.group != pod.group
+            )
         ):
             self.pod_index.add(pod)
             self.term_index.add(pod)

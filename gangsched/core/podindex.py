@@ -43,13 +43,15 @@ def _anchor(selector: LabelSelector) -> Anchor:
 
 
 class PodIndex:
-    """Counted pods by namespace, label pair and label key."""
+    """Counted pods by namespace, gang, label pair and label key."""
 
     def __init__(self) -> None:
         self.by_namespace: dict[str, dict[str, None]] = {}
+        self.by_group: dict[str, dict[str, None]] = {}  # gang key -> counted members
         self._by_pair: dict[tuple[str, str], set[str]] = {}
         self._by_key: dict[str, set[str]] = {}
         self._labels: dict[str, tuple[str, Mapping[str, str]]] = {}
+        self._group: dict[str, str] = {}
 
     def __contains__(self, uid: str) -> bool:
         return uid in self._labels
@@ -63,6 +65,9 @@ class PodIndex:
         labels = dict(pod.labels)
         self._labels[pod.uid] = (pod.namespace, labels)
         self.by_namespace.setdefault(pod.namespace, {})[pod.uid] = None
+        if pod.group:
+            self._group[pod.uid] = pod.group
+            self.by_group.setdefault(pod.group, {})[pod.uid] = None
         for pair in labels.items():
             self._by_pair.setdefault(pair, set()).add(pod.uid)
             self._by_key.setdefault(pair[0], set()).add(pod.uid)
@@ -76,6 +81,12 @@ class PodIndex:
         del pods[uid]
         if not pods:
             del self.by_namespace[ns]
+        group = self._group.pop(uid, None)
+        if group is not None:
+            members = self.by_group[group]
+            del members[uid]
+            if not members:
+                del self.by_group[group]
         for pair in labels.items():
             _discard(self._by_pair, pair, uid)
             _discard(self._by_key, pair[0], uid)

@@ -242,7 +242,7 @@ def _matching(cache: ClusterCache, c: _Constraint, namespace: str) -> Iterator[s
     pods = cache.pods
     uids: Iterable[str]
     if c.gang:
-        uids = cache.pod_index.by_namespace.get(namespace, ())
+        uids = cache.pod_index.by_group.get(c.gang, ())
     else:
         uids = cache.pod_index.select(c.selector, (namespace,))
     for uid in uids:
