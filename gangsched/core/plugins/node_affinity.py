@@ -15,10 +15,16 @@ from collections.abc import Mapping
 
 from gangsched.core.cache import NodeInfo
 from gangsched.core.framework import SUCCESS, Code, Status
-from gangsched.core.model import AffinityTerm, Pod, PreferredTerm, Requirement
+from gangsched.core.model import AffinityTerm, Node, Placement, Pod, PreferredTerm, Requirement
 from gangsched.core.plugins._common import NODE_NOT_FOUND
 
-__all__ = ["NodeAffinity", "NodeAffinityScore", "requirement_matches", "term_matches"]
+__all__ = [
+    "NodeAffinity",
+    "NodeAffinityScore",
+    "placement_matches",
+    "requirement_matches",
+    "term_matches",
+]
 
 _MISMATCH = Status(Code.UNRESOLVABLE, "node(s) didn't match Pod's node affinity/selector")
 
@@ -83,6 +89,19 @@ def term_matches(term: AffinityTerm, labels: Mapping[str, str], node_name: str) 
     return all(_field_matches(req, node_name) for req in term.match_fields)
 
 
+def placement_matches(placement: Placement, node: Node) -> bool:
+    """Every ``nodeSelector`` label matches and, when there is required node affinity, at
+    least one required term does (kube-scheduler's GetRequiredNodeAffinity)."""
+    labels = node.labels
+    for key, value in placement.node_selector:
+        if labels.get(key) != value:
+            return False
+    required = placement.affinity.required
+    if required is None:
+        return True
+    return any(term_matches(term, labels, node.name) for term in required)
+
+
 class NodeAffinity:
     """Filter: every ``nodeSelector`` label must match, and (when the pod has required node
     affinity) at least one required term."""
@@ -94,18 +113,7 @@ class NodeAffinity:
         n = node.node
         if n is None:
             return NODE_NOT_FOUND
-        placement = pod.placement
-        labels = n.labels
-        for key, value in placement.node_selector:
-            if labels.get(key) != value:
-                return _MISMATCH
-        required = placement.affinity.required
-        if required is None:
-            return SUCCESS
-        for term in required:
-            if term_matches(term, labels, n.name):
-                return SUCCESS
-        return _MISMATCH
+        return SUCCESS if placement_matches(pod.placement, n) else _MISMATCH
 
 
 def _counts(pref: PreferredTerm) -> bool:

@@ -62,7 +62,7 @@ from gangsched.core.framework import (
 from gangsched.core.labels import selector_matches
 from gangsched.core.model import LabelSelector, Node, Placement, Pod, SpreadConstraint
 from gangsched.core.plugins._common import NODE_NOT_FOUND
-from gangsched.core.plugins.node_affinity import term_matches
+from gangsched.core.plugins.node_affinity import placement_matches
 from gangsched.core.plugins.taint_toleration import NO_EXECUTE, NO_SCHEDULE, tolerates
 
 __all__ = [
@@ -148,19 +148,6 @@ def _constraints_of(
     return tuple(_convert(c, pod.group) for c in defaults if c.when_unsatisfiable == action)
 
 
-def _affinity_matches(placement: Placement, node: Node) -> bool:
-    """The pod's nodeSelector and required node affinity (kube-scheduler's
-    GetRequiredNodeAffinity) match ``node``."""
-    labels = node.labels
-    for key, value in placement.node_selector:
-        if labels.get(key) != value:
-            return False
-    required = placement.affinity.required
-    if required is None:
-        return True
-    return any(term_matches(t, labels, node.name) for t in required)
-
-
 def _taints_tolerated(placement: Placement, node: Node) -> bool:
     tolerations = placement.tolerations
     for taint in node.taints:
@@ -220,7 +207,7 @@ class _DomainCache:
             for i, c in enumerate(constraints):
                 if c.honor_affinity:
                     if affinity_ok is None:
-                        affinity_ok = _affinity_matches(placement, node)
+                        affinity_ok = placement_matches(placement, node)
                     if not affinity_ok:
                         continue
                 if c.honor_taints:
