@@ -13,7 +13,7 @@ import structlog
 
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.binder import Binder
-from gangsched.kube.client import KubeClient, load_configuration
+from gangsched.kube.client import KubeClient, load_configuration, user_agent
 from gangsched.kube.health import HealthServer
 from gangsched.kube.leader import LeaderElector
 from gangsched.kube.metrics import Metrics
@@ -27,6 +27,9 @@ from gangsched.wallclock import WallClock
 __all__ = ["App", "build_app", "run_scheduler", "run_status_controller"]
 
 log = structlog.get_logger("gangsched.app")
+
+
+FLUSH_SECONDS = 10.0  # on shutdown, how long queued writes may take to be sent
 
 
 class LostLeadershipError(RuntimeError):
@@ -70,6 +73,7 @@ class App:
         if self.health is not None:
             await self.health.start()
         tasks: list[asyncio.Task[None]] = []
+        deposed = False
         stopper = asyncio.create_task(self.stop.wait(), name="stop")
         try:
             if self.elector is not None:
@@ -79,7 +83,10 @@ class App:
                     acquire.cancel()
                     return
                 self.service.metrics.leader.set(1)
+                # Renewing runs on a task (and a client) of its own, so scheduling work never
+                # holds it up; a write the fence stops ends the process like a lost lease.
                 tasks.append(asyncio.create_task(self.elector.hold(), name="lease"))
+                tasks.append(asyncio.create_task(self.elector.fence.wait(), name="fence"))
             self.outbox.start()
             tasks.append(asyncio.create_task(self.service.run(), name="scheduler"))
             if self.status is not None:
@@ -88,26 +95,37 @@ class App:
             for t in done:
                 if t is stopper:
                     continue
-                if t.get_name() == "lease":
+                if t.get_name() in ("lease", "fence"):
+                    deposed = True
                     raise LostLeadershipError("lost the leader lease; exiting")
                 exc = t.exception()
                 if exc is not None:
                     raise exc
         finally:
             self.stop.set()
+            self._status_stop.set()
             for t in [*tasks, stopper]:
                 t.cancel()
             for t in [*tasks, stopper]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-            self._status_stop.set()
+            # Send what is queued (events, conditions, status), urgent writes first, while
+            # the rest stops; for FLUSH_SECONDS at most.
+            if deposed:
+                # A deposed leader sends nothing more (kube-scheduler exits at once): what it
+                # queued comes from a view another replica has replaced.
+                await self.outbox.stop()
+            else:
+                self.service.reporter.flush()
+            flush = asyncio.create_task(self.outbox.drain(0.0 if deposed else FLUSH_SECONDS))
             if self._status_thread is not None:
                 await asyncio.to_thread(self._status_thread.join, 15.0)
             self.service.metrics.leader.set(0)
             if self.elector is not None:
                 await self.elector.release()
+                await self.elector.close()
             with contextlib.suppress(Exception):
-                await self.outbox.drain(5.0)  # send what is queued (events, status)
+                await flush
             await self.outbox.stop()
             if self.health is not None:
                 await self.health.stop()
@@ -116,25 +134,16 @@ class App:
 
 async def build_app(settings: Settings) -> App:
     cfg = await load_configuration(settings.kubeconfig, settings.context)
-    client = KubeClient(cfg, settings.api_qps, settings.api_burst, settings.max_in_flight)
-    core = Scheduler(settings.core(), WallClock())
-    outbox = Outbox()
     instance = f"{socket.gethostname()}-{os.getpid()}"
-    reporter = Reporter(client, outbox, instance)
-    binder = Binder(
-        client, core.bind_failed, retries=settings.bind_retries, volumes=core.cache.volumes
-    )
-    metrics = Metrics()
-    service = SchedulerService(core, client, binder, reporter, metrics)
-    status = (
-        StatusController(cfg, lambda: KubeClient(cfg, settings.api_qps, settings.api_burst, 8))
-        if settings.status_controller
-        else None
-    )
     identity = settings.identity or instance
+    agent = user_agent(identity)
+    client = KubeClient(
+        cfg, settings.api_qps, settings.api_burst, settings.max_in_flight, agent=agent
+    )
     elector = (
         LeaderElector(
-            client,
+            # A client of its own (as kube-scheduler has): renewals never wait behind bindings.
+            KubeClient(cfg, 5.0, 10, 2, agent=user_agent(identity, "leader-election")),
             settings.lease_namespace,
             settings.lease_name,
             identity,
@@ -143,6 +152,38 @@ async def build_app(settings: Settings) -> App:
             retry_period=settings.retry_period_seconds,
         )
         if settings.leader_elect
+        else None
+    )
+    fence = elector.fence.ok if elector is not None else None
+    core = Scheduler(settings.core(), WallClock())
+    outbox = Outbox()
+    reporter = Reporter(client, outbox, instance)
+    binder = Binder(
+        client,
+        core.bind_failed,
+        retries=settings.bind_retries,
+        volumes=core.cache.volumes,
+        fence=fence,
+    )
+    metrics = Metrics()
+    service = SchedulerService(
+        core,
+        client,
+        binder,
+        reporter,
+        metrics,
+        fence=fence,
+        status_resync_seconds=settings.status_resync_seconds,
+    )
+    status = (
+        StatusController(
+            cfg,
+            lambda: KubeClient(
+                cfg, settings.api_qps, settings.api_burst, 8, agent=user_agent(identity, "status")
+            ),
+            resync_seconds=settings.status_resync_seconds,
+        )
+        if settings.status_controller
         else None
     )
     app = App(settings, client, service, outbox, status, elector, None)
@@ -160,5 +201,7 @@ async def run_scheduler(settings: Settings) -> None:
 async def run_status_controller(settings: Settings) -> None:
     cfg = await load_configuration(settings.kubeconfig, settings.context)
     await StatusController(
-        cfg, lambda: KubeClient(cfg, settings.api_qps, settings.api_burst, settings.max_in_flight)
+        cfg,
+        lambda: KubeClient(cfg, settings.api_qps, settings.api_burst, settings.max_in_flight),
+        resync_seconds=settings.status_resync_seconds,
     ).run()

@@ -19,11 +19,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gangsched.core.status import MemberCounts, podgroup_phase
-from gangsched.kube.membership import resolve_membership
+from gangsched.core.status import count_members, group_status
+from gangsched.kube.membership import Source, resolve_membership
 from gangsched.kube.translate import timestamp
 
 __all__ = ["GangRow", "gang_rows", "main", "render"]
+
+# What SOURCE shows for each membership convention (see docs/operations.md, kubectl gang).
+SOURCES = {Source.GANGSCHED: "PodGroup"}
+# PodScheduled reasons (the start of the condition's message) of pods gangsched refuses.
+REFUSED = ("InvalidPod", "Unsupported")
+# Reasons for which the scheduler has not tried to place the gang.
+NOT_ATTEMPTED = frozenset(
+    {"WaitingForMembers", "PodGroupNotFound", "InvalidSpec", "SchedulingGated", "Pending"}
+)
 
 
 @dataclass
@@ -32,11 +41,14 @@ class GangRow:
     name: str
     source: str
     phase: str
-    min_member: int
+    min_member: int  # 0: not known (no PodGroup)
     members: dict[str, int] = field(default_factory=dict)  # role -> pods
     bound: dict[str, int] = field(default_factory=dict)  # role -> bound pods
     nodes: dict[str, int] = field(default_factory=dict)  # node -> member pods on it
     why: str = ""
+    # A pod gangsched refuses, in a row of its own: the pod, and its gang when it names one
+    pod: str = ""
+    gang: str = ""
 
 
 def _role_text(members: Mapping[str, int], bound: Mapping[str, int]) -> str:
@@ -44,26 +56,52 @@ def _role_text(members: Mapping[str, int], bound: Mapping[str, int]) -> str:
     return ",".join(parts) or "-"
 
 
+def _waiting(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) of an unbound pod's ``PodScheduled=False`` condition, whose message
+    gangsched writes as ``<reason>: <message>``."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            text = str(c.get("message", ""))
+            reason, sep, message = text.partition(": ")
+            if sep and reason.isalpha():
+                return reason, message
+            return str(c.get("reason", "")), text
+    return None
+
+
+def _condition(pg: Mapping[str, Any]) -> Mapping[str, Any]:
+    for c in (pg.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Scheduled":
+            found: Mapping[str, Any] = c
+            return found
+    return {}
+
+
 def gang_rows(
     podgroups: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
 ) -> list[GangRow]:
+    """One row per gang (gangsched PodGroups, and gangs their pods declare), phase and WHY by
+    the scheduler's rule (``group_status``) from the pods; one row per refused pod."""
     rows: dict[str, GangRow] = {}
+    objects: dict[str, Mapping[str, Any]] = {}
     for pg in podgroups:
         meta = pg.get("metadata") or {}
         spec = pg.get("spec") or {}
-        status = pg.get("status") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        group = str(pg.get("apiVersion", "gangsched.io/")).partition("/")[0]
+        objects[key] = pg
+        min_member = spec.get("minMember", 1)
         rows[key] = GangRow(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
-            source=f"PodGroup({group})",
-            phase=str(status.get("phase") or "Pending"),
-            min_member=int(spec.get("minMember", 1) or 1),
-            why=str(status.get("message") or ""),
+            source=SOURCES[Source.GANGSCHED],
+            phase="",
+            min_member=min_member if isinstance(min_member, int) and min_member >= 1 else 1,
         )
-    waiting_reason: dict[str, Counter[str]] = defaultdict(Counter)
-    counts: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    refused: list[GangRow] = []
+    waiting: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
+    members: dict[str, list[tuple[str, bool]]] = defaultdict(list)
     for pod in pods:
         meta = pod.get("metadata") or {}
         ns = str(meta.get("namespace", ""))
@@ -73,6 +111,22 @@ def gang_rows(
             meta.get("annotations") or {},
             timestamp(meta.get("creationTimestamp")),
         )
+        why = _waiting(pod)
+        refusal = ("InvalidPod", m.error) if m.error else why
+        if refusal is not None and refusal[0] in REFUSED:
+            reason, message = refusal
+            refused.append(
+                GangRow(
+                    namespace=ns,
+                    name=f"pod/{meta.get('name', '')}",
+                    source=SOURCES.get(m.source, m.source) or "-",
+                    phase=reason,
+                    min_member=0,
+                    why=message,
+                    pod=str(meta.get("name", "")),
+                    gang=m.key.partition("/")[2],
+                )
+            )
         if not m.key:
             continue
         row = rows.get(m.key)
@@ -80,37 +134,54 @@ def gang_rows(
             row = rows[m.key] = GangRow(
                 namespace=ns,
                 name=m.key.partition("/")[2],
-                source=m.source,
+                source=SOURCES.get(m.source, m.source),
                 phase="",
                 min_member=m.implicit.min_member if m.implicit else 1,
             )
+            if m.source == Source.GANGSCHED:
+                row.min_member = 0  # its PodGroup does not exist
         role = m.role
         row.members[role] = row.members.get(role, 0) + 1
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             row.bound[role] = row.bound.get(role, 0) + 1
             row.nodes[node] = row.nodes.get(node, 0) + 1
-        counts[m.key].append(pod)
-        for c in (pod.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "PodScheduled" and c.get("status") == "False":
-                waiting_reason[m.key][str(c.get("message", ""))] += 1
+        phase = str((pod.get("status") or {}).get("phase", "Pending"))
+        members[m.key].append((phase, bool(node)))
+        if why is not None:
+            waiting[m.key][why] += 1
     for key, row in rows.items():
-        members = counts.get(key, [])
-        phases = [str((p.get("status") or {}).get("phase", "Pending")) for p in members]
-        if not row.phase:
-            c = MemberCounts(
-                total=len(members),
-                scheduled=sum(row.bound.values()),
-                running=phases.count("Running"),
-                succeeded=phases.count("Succeeded"),
-                failed=phases.count("Failed"),
-            )
-            row.phase = podgroup_phase(row.min_member, c, attempted=bool(waiting_reason[key]))
-        if row.phase in ("Running", "Scheduled", "Succeeded"):
-            row.why = ""
-        elif not row.why and waiting_reason[key]:
-            row.why = waiting_reason[key].most_common(1)[0][0]
-    return sorted(rows.values(), key=lambda r: (r.namespace, r.name))
+        counts = count_members(members.get(key, []))
+        obj = objects.get(key)
+        common = waiting[key].most_common(1)
+        if obj is not None:
+            status = obj.get("status") or {}
+            cond = _condition(obj)
+            reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
+            attempted = bool(status.get("scheduleStartTime")) or bool(status.get("waiting"))
+        else:
+            reason, message = common[0][0] if common else ("", "")
+            attempted = any(r not in NOT_ATTEMPTED for r, _ in waiting[key])
+            if row.min_member == 0 or reason == "PodGroupNotFound":
+                # the PodGroup the pods name is missing: they wait for it
+                row.min_member = 0
+                row.phase = "Pending"
+                row.why = message or (
+                    f"PodGroup {key} does not exist; the pods wait until it is created"
+                )
+                continue
+        st = group_status(
+            row.min_member,
+            counts,
+            reason=reason,
+            message=message,
+            attempted=attempted,
+            binding=True,
+        )
+        row.phase = st.phase
+        row.why = "" if st.scheduled else st.message
+    gangs = sorted(rows.values(), key=lambda r: (r.namespace, r.name))
+    return sorted([*gangs, *refused], key=lambda r: (r.namespace, bool(r.pod), r.name))
 
 
 def render(rows: Sequence[GangRow], wide: bool, all_namespaces: bool) -> str:
@@ -126,7 +197,8 @@ def render(rows: Sequence[GangRow], wide: bool, all_namespaces: bool) -> str:
         if not wide and len(nodes) > 40:
             nodes = f"{len(r.nodes)} nodes"
         why = r.why if wide else r.why[:80]
-        line = [r.name, r.phase, str(r.min_member), _role_text(r.members, r.bound), nodes]
+        members = "-" if r.pod else _role_text(r.members, r.bound)
+        line = [r.name, r.phase, str(r.min_member or "-"), members, nodes]
         if all_namespaces:
             line.insert(0, r.namespace)
         if wide:

@@ -107,6 +107,7 @@ class Settings(BaseModel):
     # Process
     http_bind_address: str = Field("0.0.0.0:10251", pattern=r"^(|[^:]*:[0-9]{1,5})$")
     status_controller: bool = True
+    status_resync_seconds: float = Field(60.0, ge=0, le=86400)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

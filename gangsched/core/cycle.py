@@ -122,14 +122,15 @@ class GangCycle:
             placements = snapshot.commit()
             attempt = Attempt(placements=placements, satisfied=satisfied, unplaced=unplaced)
             if unplaced:
+                # what the gang holds now includes the placements it keeps
                 attempt.message = _unplaced_message(
-                    len(unplaced), total, spec.min_member, h, first_failure
+                    len(unplaced), total, spec.min_member, h.held + len(placements), first_failure
                 )
             return attempt
         snapshot.rollback()
         return Attempt(
             reason="Unschedulable",
-            message=_unplaced_message(len(unplaced), total, spec.min_member, h, first_failure),
+            message=_unplaced_message(len(unplaced), total, spec.min_member, h.held, first_failure),
             unplaced=unplaced,
         )
 
@@ -198,8 +199,8 @@ def _members_message(min_member: int, h: Holdings, roles: bool) -> str:
     return msg
 
 
-def _unplaced_message(unplaced: int, total: int, min_member: int, h: Holdings, why: str) -> str:
+def _unplaced_message(unplaced: int, total: int, min_member: int, held: int, why: str) -> str:
     return (
         f"{unplaced}/{total} pending pods of the gang unschedulable "
-        f"(minMember {min_member}, holding {h.held}): {why}"
+        f"(minMember {min_member}, holding {held}): {why}"
     )

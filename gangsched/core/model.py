@@ -231,6 +231,8 @@ class Pod:
     # A placement-relevant field gangsched does not implement, named with the reason
     # (e.g. "spec.resourceClaims: ..."): accounted where it runs, never scheduled.
     unsupported: str = ""
+    # The API object's version this was read from (opaque; the adapter's write preconditions).
+    resource_version: str = ""
 
     @property
     def key(self) -> str:

@@ -47,7 +47,12 @@ _MAX_LENGTH = 64
 
 
 def _shown(value: object) -> str:
-    """A bounded repr for messages (a huge int cannot even be printed)."""
+    """A bounded repr for messages (a huge int cannot even be printed); JSON's words for null
+    and booleans, as the user wrote them."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"<integer of {value.bit_length()} bits>"
     try:
@@ -55,6 +60,19 @@ def _shown(value: object) -> str:
     except ValueError:  # a container holding an integer too long to print
         return f"<unprintable {type(value).__name__}>"
     return text if len(text) <= _MAX_LENGTH + 2 else text[:_MAX_LENGTH] + "...'"
+
+
+def _json_type(value: object) -> str:
+    """The JSON name of a value's type, for messages about what a user wrote."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
 
 
 class QuantityError(ValueError):
@@ -78,9 +96,7 @@ def parse_quantity(value: object, field: str = "quantity") -> Fraction:
             raise QuantityError(field, value, "not a finite number")
         value = repr(value)
     if not isinstance(value, str):
-        raise QuantityError(
-            field, value, f"expected a string or number, got {type(value).__name__}"
-        )
+        raise QuantityError(field, value, f"expected a string or number, got {_json_type(value)}")
     text = value.strip()
     if not text:
         raise QuantityError(field, value, "empty string")

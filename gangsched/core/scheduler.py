@@ -42,6 +42,7 @@ from gangsched.core.plugins.task_topology import bucket_order
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
 from gangsched.core.resources import ResourceList, add_into, format_amount
+from gangsched.core.status import GroupStatus, count_members, group_status
 from gangsched.core.volumes import Claim, CSINode, PersistentVolume, StorageClass
 
 __all__ = ["GangView", "Scheduler"]
@@ -108,6 +109,8 @@ class Scheduler:
         )
         self.gangs: dict[str, Gang] = {}
         self.specs: dict[str, GangSpec] = {}
+        # gang key -> uids of every pod that names it, whatever its scheduler (status counts)
+        self.group_pods: dict[str, set[str]] = {}
         self.cycles = 0
 
     # ---- events: nodes -----------------------------------------------------------------
@@ -181,6 +184,10 @@ class Scheduler:
             pod.unsupported = self.finder.unhonoured(pod)
         old = self.cache.pods.get(pod.uid)
         self.cache.upsert_pod(pod)
+        if old is not None and old.group != pod.group:
+            self._ungroup(old)
+        if pod.group:
+            self.group_pods.setdefault(pod.group, set()).add(pod.uid)
         if (
             old is not None
             and not old.terminal
@@ -222,6 +229,7 @@ class Scheduler:
         counted = bool(self.cache.node_of(uid))
         self.cache.remove_pod(uid)
         if pod is not None:
+            self._ungroup(pod)
             self._leave(pod)
         if counted:
             self.queue.wake(Wake.CLUSTER)
@@ -265,6 +273,13 @@ class Scheduler:
                 del self.gangs[key]
                 self.queue.remove(key)
         return out
+
+    def restore_schedule_start(self, key: str, when: float) -> None:
+        """When the gang was first tried, as recorded before a restart (its PodGroup's
+        status): it has been tried, whatever this process did since."""
+        gang = self.gangs.get(key)
+        if gang is not None and gang.schedule_start is None and when > 0:
+            gang.schedule_start = when
 
     # ---- work --------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
@@ -373,6 +388,31 @@ class Scheduler:
             last_failure=gang.last_failure,
         )
 
+    def group_status(self, key: str) -> GroupStatus | None:
+        """The gang's PodGroup status (:func:`gangsched.core.status.group_status`), counted
+        over every pod that names the gang, whatever its scheduler, as the status controller
+        counts them. None when there is no spec for the gang, or when it has pods and none of
+        them is this scheduler's (another scheduler speaks for it)."""
+        gang = self.gangs.get(key)
+        spec = self.specs.get(key) or (gang.spec if gang is not None else None)
+        if spec is None:
+            return None
+        pods = self.cache.pods
+        members = [pods[u] for u in self.group_pods.get(key, ()) if u in pods]
+        name = self.config.scheduler_name
+        if members and all(p.scheduler_name != name for p in members):
+            return None
+        counts = count_members((p.phase.value, bool(p.node_name)) for p in members)
+        assumed = self.cache.assumed
+        return group_status(
+            spec.min_member,
+            counts,
+            reason=gang.reason if gang is not None else "",
+            message=gang.message if gang is not None else "",
+            attempted=gang is not None and (gang.schedule_start is not None or key in self.permit),
+            binding=gang is not None and any(u in assumed for u in gang.members),
+        )
+
     def holdings(self, key: str) -> Holdings | None:
         gang = self.gangs.get(key)
         return holdings(gang, self.cache) if gang is not None else None
@@ -393,6 +433,13 @@ class Scheduler:
             self.gangs[key] = gang
         return gang
 
+    def _ungroup(self, pod: Pod) -> None:
+        uids = self.group_pods.get(pod.group)
+        if uids is not None:
+            uids.discard(pod.uid)
+            if not uids:
+                del self.group_pods[pod.group]
+
     def _leave(self, pod: Pod) -> None:
         key = pod.group or PLAIN_PREFIX + pod.uid
         gang = self.gangs.get(key)
@@ -403,6 +450,15 @@ class Scheduler:
         if not gang.members and (gang.plain or gang.spec is None):
             del self.gangs[key]
             self.queue.remove(key)
+        elif gang.members:
+            # A gang that waits says how many members it has: look at it again.
+            self.queue.wake(None, (key,))
+        if not self._has_pending(gang) and key not in self.permit:
+            assumed = self.cache.assumed
+            if not any(u in assumed for u in gang.members):
+                # Nothing left to schedule: the last attempt's word no longer applies, and the
+                # status says what the members are (see core/status.py).
+                gang.reason = gang.message = ""
 
     def _group_of(self, gang: Gang) -> tuple[str, ...]:
         """The gang and every gang of its gang group: what one of its events may unblock."""

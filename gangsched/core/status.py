@@ -1,22 +1,63 @@
-"""PodGroup phase from member counts: one pure function, shared by the status controller, the
-CLI and the tests."""
+"""PodGroup status from member pods: one pure rule, shared by the scheduler's status writer,
+the status controller, ``kubectl gang`` and the tests.
+
+:func:`group_status` gives the phase, the member counts and the ``Scheduled`` condition
+(status, reason, message) together, so they agree in every state: the condition is True,
+with reason ``Scheduled``, exactly when ``minMember`` members are bound (or finished), which is
+exactly when the phase is ``Scheduled``, ``Running`` or ``Succeeded``. The scheduler's own
+word on the gang (its last reason and message) is used only while the counts do not
+contradict it: a reason that speaks of a bound gang is replaced, from the counts, once the gang
+no longer has ``minMember`` members bound (``minMember`` raised, members deleted or failed).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["PHASES", "MemberCounts", "podgroup_phase"]
+__all__ = [
+    "PHASES",
+    "SCHEDULED_PHASES",
+    "GroupStatus",
+    "MemberCounts",
+    "count_members",
+    "group_status",
+    "podgroup_phase",
+]
 
 PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed")
+# The phases of a gang that holds minMember bound (or finished) members.
+SCHEDULED_PHASES = frozenset({"Scheduled", "Running", "Succeeded"})
+
+# Reasons that say the gang was bound (or say nothing): true only while the counts agree.
+_BOUND_REASONS = frozenset({"", "Scheduled"})
 
 
 @dataclass(frozen=True, slots=True)
 class MemberCounts:
     total: int = 0  # member pods that exist
-    scheduled: int = 0  # bound to a node (including running and finished ones)
+    scheduled: int = 0  # bound to a node (or Running or Succeeded), and not Failed
     running: int = 0
     succeeded: int = 0
     failed: int = 0
+
+
+def count_members(members: Iterable[tuple[str, bool]]) -> MemberCounts:
+    """Counts from each member pod's ``(phase, bound)``: its pod phase and whether it has a
+    node. A Running or Succeeded pod counts as scheduled even if its node is not known."""
+    total = scheduled = running = succeeded = failed = 0
+    for phase, bound in members:
+        total += 1
+        if phase == "Failed":
+            failed += 1
+            continue
+        if phase == "Running":
+            running += 1
+        elif phase == "Succeeded":
+            succeeded += 1
+        if bound or phase in ("Running", "Succeeded"):
+            scheduled += 1
+    return MemberCounts(total, scheduled, running, succeeded, failed)
 
 
 def podgroup_phase(min_member: int, c: MemberCounts, attempted: bool) -> str:
@@ -34,3 +75,50 @@ def podgroup_phase(min_member: int, c: MemberCounts, attempted: bool) -> str:
     if attempted:
         return "Scheduling"
     return "Pending"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """What a PodGroup's status says: phase, counts and the ``Scheduled`` condition."""
+
+    min_member: int
+    phase: str
+    scheduled: bool  # the Scheduled condition's status
+    reason: str
+    message: str
+    counts: MemberCounts
+
+
+def group_status(
+    min_member: int,
+    counts: MemberCounts,
+    *,
+    reason: str = "",
+    message: str = "",
+    attempted: bool = False,
+    binding: bool = False,
+) -> GroupStatus:
+    """The status of a gang with these member counts.
+
+    ``reason`` and ``message`` are the scheduler's last word on the gang, ``attempted`` whether
+    it has tried to place it, ``binding`` whether bindings it sent are still unconfirmed (the
+    reason ``Binding`` stands only while they are). With ``minMember`` members bound the
+    condition is True (``Scheduled``, ``<n> member(s) bound``); otherwise it is False, with
+    the scheduler's reason unless that reason says the gang is bound (or nothing): then the
+    reason comes from the counts, ``WaitingForMembers`` when fewer than ``minMember`` members
+    are left that have not failed, else ``Pending`` with how many are bound."""
+    min_member = max(1, min_member)
+    phase = podgroup_phase(min_member, counts, attempted)
+    if counts.scheduled >= min_member:
+        return GroupStatus(
+            min_member, phase, True, "Scheduled", f"{counts.scheduled} member(s) bound", counts
+        )
+    if reason in _BOUND_REASONS or (reason == "Binding" and not binding):
+        live = counts.total - counts.failed
+        if live < min_member:
+            reason = "WaitingForMembers"
+            message = f"{live} of {min_member} members exist; waiting for more pods"
+        else:
+            reason = "Pending"
+            message = f"{counts.scheduled} of {min_member} members bound"
+    return GroupStatus(min_member, phase, False, reason, message, counts)

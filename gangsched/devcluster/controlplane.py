@@ -358,6 +358,7 @@ class ControlPlane:
         extra_apiserver_args: Sequence[str] = (),
         keep_workdir: bool | None = None,
         kill_with_parent: bool = True,
+        audit_policy: Mapping[str, Any] | None = None,
     ) -> None:
         """Configure, but do not start, a control plane.
 
@@ -370,8 +371,12 @@ class ControlPlane:
             kill_with_parent: on Linux (with util-linux ``setpriv``), have the kernel SIGKILL
                 the child processes when this process dies, so that a killed test run leaks no
                 apiserver. Only applies to processes started from the main thread.
+            audit_policy: an ``audit.k8s.io/v1`` Policy; when given, kube-apiserver writes
+                its audit log (JSON lines, see :attr:`audit_log` and :meth:`audit_events`).
+                Default: no audit log.
         """
         self._bin_dir_arg = bin_dir
+        self.audit_policy = dict(audit_policy) if audit_policy is not None else None
         self._bin_dir: Path | None = None
         self.ready_timeout = ready_timeout
         self.extra_apiserver_args = list(extra_apiserver_args)
@@ -437,6 +442,23 @@ class ControlPlane:
     def log_path(self, name: str) -> Path:
         """Log file of a process: ``etcd``, ``kube-apiserver`` or ``kwok``."""
         return self.workdir / "logs" / f"{name}.log"
+
+    @property
+    def audit_log(self) -> Path:
+        """kube-apiserver's audit log (only written with an ``audit_policy``)."""
+        return self.workdir / "logs" / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit events written so far, oldest first (a line being written is skipped)."""
+        try:
+            text = self.audit_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        events: list[dict[str, Any]] = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+        return events
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         return _tail(self.log_path(name), lines)
@@ -607,7 +629,21 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             # Otherwise SIGTERM waits on open watches (kwok's, a scheduler's) for a minute.
             "--shutdown-watch-termination-grace-period=1s",
+            *self._audit_args(),
             *self.extra_apiserver_args,
+        ]
+
+    def _audit_args(self) -> list[str]:
+        if self.audit_policy is None:
+            return []
+        policy = self.workdir / "audit-policy.json"  # JSON is YAML
+        policy.write_text(json.dumps(self.audit_policy))
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
         ]
 
     def _readyz(self) -> bool:

@@ -22,6 +22,11 @@ reflectors keep. If a write fails, the wait times out, a claim is deleted, a pro
 gives up (removes the selected node) or a pre-bound volume loses its claimRef, no pod is bound
 and every reservation of the gang is released (``on_failure`` for each pod), so the gang is
 retried whole. What was written stays written, as with kube-scheduler.
+
+With leader election every write that commits a decision (the bindings and the PreBind writes)
+carries the elector's fence: a replica no longer sure it leads sends none of them. A fenced
+gang is not reported as failed (nothing would retry it here: the process is on its way out),
+and nothing more of it is sent.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from gangsched.core.volumes import (
     PersistentVolume,
     VolumeCatalog,
 )
-from gangsched.kube.client import ApiError, KubeClient
+from gangsched.kube.client import ApiError, FenceCheck, FencedError, KubeClient
 from gangsched.kube.storage import claim_from, pv_from
 
 __all__ = ["BindResult", "Binder"]
@@ -67,8 +72,10 @@ class Binder:
         volumes: VolumeCatalog | None = None,
         volume_bind_timeout: float = 600.0,
         volume_poll: float = 0.25,
+        fence: FenceCheck | None = None,
     ) -> None:
         self._client = client
+        self._fence = fence
         self._on_failure = on_failure
         self._retries = retries
         self._delay = retry_delay
@@ -78,8 +85,20 @@ class Binder:
         self._volume_poll = volume_poll
         self.bound = 0
         self.failed = 0
+        self.fenced = 0  # gangs not (wholly) sent because the fence said no
 
     async def bind_gang(self, decision: BindGang) -> list[BindResult]:
+        """Bind the gang; raise :class:`FencedError` (reporting nothing) when fenced."""
+        try:
+            return await self._bind_gang(decision)
+        except FencedError:
+            self.fenced += 1
+            log.error("not binding: no longer sure to lead", gang=decision.gang)
+            raise
+
+    async def _bind_gang(self, decision: BindGang) -> list[BindResult]:
+        if self._fence is not None and not self._fence():
+            raise FencedError("BIND", decision.gang)
         if decision.volumes:
             why = await self.bind_volumes(decision.volumes)
             if why:
@@ -90,7 +109,14 @@ class Binder:
                     self.failed += 1
                     self._on_failure(r.binding.pod.uid, r.message)
                 return failed
-        results = await asyncio.gather(*(self.bind_one(b) for b in decision.bindings))
+        outcomes = await asyncio.gather(
+            *(self.bind_one(b) for b in decision.bindings), return_exceptions=True
+        )
+        results: list[BindResult] = []
+        for o in outcomes:
+            if isinstance(o, BaseException):
+                raise o
+            results.append(o)
         for r in results:
             if r.ok:
                 self.bound += 1
@@ -111,7 +137,7 @@ class Binder:
         delay = self._delay
         for attempt in range(self._retries + 1):
             try:
-                await self._client.post(path, body)
+                await self._client.post(path, body, fence=self._fence)
                 return BindResult(b, True)
             except ApiError as e:
                 if e.status == 409:
@@ -194,7 +220,7 @@ class Binder:
             claim_ref["uid"] = c.claim_uid
         body = {"metadata": patch_meta, "spec": {"claimRef": claim_ref}}
         try:
-            await self._call(lambda: self._client.merge_patch(path, body))
+            await self._call(lambda: self._client.merge_patch(path, body, fence=self._fence))
         except ApiError as e:
             return f'binding persistentvolume "{c.volume}" to claim {c.namespace}/{c.claim}: {e}'
         log.info("pre-bound volume", pv=c.volume, pvc=f"{c.namespace}/{c.claim}")
@@ -206,7 +232,9 @@ class Binder:
         if c.claim_uid:
             meta["uid"] = c.claim_uid  # a claim recreated under the same name is refused
         try:
-            await self._call(lambda: self._client.merge_patch(path, {"metadata": meta}))
+            await self._call(
+                lambda: self._client.merge_patch(path, {"metadata": meta}, fence=self._fence)
+            )
         except ApiError as e:
             return f"selecting node {c.node} for claim {c.namespace}/{c.claim}: {e}"
         log.info("selected node for provisioning", pvc=f"{c.namespace}/{c.claim}", node=c.node)

@@ -22,9 +22,12 @@ GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 GROUP_POD_NUM_ANNOTATION = "scheduling.k8s.io/group-pod-num"
 VOLCANO_TASK_SPEC_ANNOTATION = "volcano.sh/task-spec"
 
-# scheduler-plugins' original Coscheduling proposal
+# scheduler-plugins' original Coscheduling proposal, and the same labels as released
+# scheduler-plugins versions spell them
 POD_GROUP_NAME_LABEL = "pod-group/name"
 POD_GROUP_MIN_LABEL = "pod-group/min-available"
+SIGS_POD_GROUP_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
+SIGS_POD_GROUP_MIN_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
 
 # Koordinator
 KOORD = "gang.scheduling.koordinator.sh"
@@ -37,3 +40,40 @@ KOORD_GROUPS = f"{KOORD}/groups"
 KOORD_TIMEOUT = f"{KOORD}/timeout"
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+# Keys under these prefixes declare gangs. A pod carrying one gangsched does not read (a typo,
+# a label put where an annotation belongs, a feature of another scheduler) is refused rather
+# than scheduled as a plain pod.
+GANG_KEY_PREFIXES = (
+    "gangsched.io/",
+    "scheduling.x-k8s.io/",
+    "scheduling.k8s.io/",
+    "pod-group/",
+    "pod-group.scheduling.sigs.k8s.io/",
+    f"{KOORD}/",
+)
+GANG_LABELS = frozenset(
+    {
+        POD_GROUP_LABEL,
+        ROLE_LABEL,
+        XK8S_POD_GROUP_LABEL,
+        POD_GROUP_NAME_LABEL,
+        POD_GROUP_MIN_LABEL,
+        SIGS_POD_GROUP_NAME_LABEL,
+        SIGS_POD_GROUP_MIN_LABEL,
+    }
+)
+GANG_ANNOTATIONS = frozenset(
+    {
+        GROUP_NAME_ANNOTATION,
+        GROUP_POD_NUM_ANNOTATION,
+        TIMEOUT_ANNOTATION,
+        KOORD_NAME,
+        KOORD_MIN,
+        KOORD_WAITING,
+        KOORD_TOTAL,
+        KOORD_MODE,
+        KOORD_GROUPS,
+        KOORD_TIMEOUT,
+    }
+)

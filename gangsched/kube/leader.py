@@ -6,11 +6,19 @@ not matter), and every write carries the resourceVersion it read (so two replica
 both win). The leader renews every retry period; if it cannot renew within the renew
 deadline it stops leading. The scheduler exits then, like kube-scheduler: a replica that is
 no longer sure it leads must not bind anything, and its restart is a clean follower.
+
+Being sure is a matter of time, not of what the last renewal answered: the leader is sure
+while less than the renew deadline has passed, by a monotonic clock (which keeps counting
+while the process is paused), since it sent its last successful renewal. Another replica
+takes over only a whole lease duration after it saw that renewal, so a replica that is sure
+has not been replaced. :class:`Fence` turns that into a check that every write committing a
+decision passes right before it is sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,9 +28,32 @@ import structlog
 from gangsched.kube.client import ApiError, KubeClient
 from gangsched.kube.reporter import rfc3339
 
-__all__ = ["LeaderElector"]
+__all__ = ["Fence", "LeaderElector"]
 
 log = structlog.get_logger("gangsched.leader")
+
+
+class Fence:
+    """Whether this process may still commit decisions: ``ok()`` asks ``sure`` until it first
+    says no, then never again (a replica that was deposed stays deposed, even should a later
+    renewal succeed), and sets ``lost``."""
+
+    def __init__(self, sure: Callable[[], bool]) -> None:
+        self._sure = sure
+        self.lost = asyncio.Event()
+
+    def ok(self) -> bool:
+        if self.lost.is_set():
+            return False
+        if self._sure():
+            return True
+        self.lost.set()
+        log.error("no longer sure to lead; sending nothing more")
+        return False
+
+    async def wait(self) -> None:
+        """Return once ``ok()`` has said no."""
+        await self.lost.wait()
 
 
 class LeaderElector:
@@ -50,9 +81,21 @@ class LeaderElector:
         self._now = monotonic
         self._observed_rv = ""
         self._observed_at = 0.0
-        self._last_renew = 0.0
+        self._last_renew = 0.0  # when the last successful renewal was started
         self.is_leader = False
         self.transitions = 0
+        self.fence = Fence(self.sure)
+
+    def sure(self) -> bool:
+        """Leading, and the last successful renewal was started less than the renew deadline
+        ago: no other replica can have taken the lease over yet."""
+        return self.is_leader and self._now() - self._last_renew < self.renew_deadline
+
+    @property
+    def _duration_seconds(self) -> int:
+        """What the record says others must wait: whole seconds, rounded up (never below the
+        renew deadline the fence relies on)."""
+        return math.ceil(self.lease_duration)
 
     @property
     def _path(self) -> str:
@@ -96,6 +139,10 @@ class LeaderElector:
         finally:
             self.is_leader = False
 
+    async def close(self) -> None:
+        """Close the client the elector was given (its own, in the app)."""
+        await self._client.close()
+
     async def try_acquire_or_renew(self) -> bool:
         now = self._now()
         try:
@@ -109,11 +156,13 @@ class LeaderElector:
         spec: dict[str, Any] = dict(lease.get("spec") or {})
         rv = str(meta.get("resourceVersion", ""))
         if rv != self._observed_rv:
-            self._observed_rv, self._observed_at = rv, now
+            # When the record was seen, not when it was asked for: a reply can show a renewal
+            # made after the request left, and the lease duration counts from that renewal.
+            self._observed_rv, self._observed_at = rv, self._now()
         holder = spec.get("holderIdentity") or ""
         mine = holder == self.identity
         duration = float(spec.get("leaseDurationSeconds") or self.lease_duration)
-        if holder and not mine and now < self._observed_at + duration:
+        if holder and not mine and self._now() < self._observed_at + duration:
             self.is_leader = False
             return False
         stamp = rfc3339(micro=True)
@@ -123,7 +172,7 @@ class LeaderElector:
         spec.update(
             {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": int(self.lease_duration),
+                "leaseDurationSeconds": self._duration_seconds,
                 "renewTime": stamp,
             }
         )
@@ -152,7 +201,7 @@ class LeaderElector:
             "metadata": {"name": self.name, "namespace": self.namespace},
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": int(self.lease_duration),
+                "leaseDurationSeconds": self._duration_seconds,
                 "acquireTime": stamp,
                 "renewTime": stamp,
                 "leaseTransitions": 0,

@@ -10,12 +10,19 @@ different gangs through different conventions is refused (it gets an event and s
    ``scheduling.volcano.sh/v1beta1`` when installed); with ``scheduling.k8s.io/group-pod-num``
    and no such PodGroup, the annotations alone declare the gang;
 4. labels ``pod-group/name`` + ``pod-group/min-available`` (scheduler-plugins' original
-   Coscheduling proposal);
+   Coscheduling proposal), or ``pod-group.scheduling.sigs.k8s.io/name`` +
+   ``pod-group.scheduling.sigs.k8s.io/min-available`` (the same, as released scheduler-plugins
+   versions spell them);
 5. Koordinator: annotations ``gang.scheduling.koordinator.sh/{name,min-available,
    waiting-time,total-number,mode,groups}``.
 
 Conventions 1-3 name a PodGroup object; the others carry the gang's spec on the pod itself
 (``implicit``). Roles come from ``gangsched.io/role``, else Volcano's ``volcano.sh/task-spec``.
+
+A label or annotation under one of these conventions' prefixes that gangsched does not read (a
+typo such as ``gangsched.io/podgroup``, a label set as an annotation, a feature of another
+scheduler such as ``gang.scheduling.koordinator.sh/match-policy``) makes the declaration an
+error: the pod is refused with the key named, rather than scheduled as a plain pod.
 """
 
 from __future__ import annotations
@@ -83,6 +90,9 @@ def resolve_membership(
     namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str], created: float
 ) -> Membership:
     role = labels.get(lbl.ROLE_LABEL) or annotations.get(lbl.VOLCANO_TASK_SPEC_ANNOTATION, "")
+    unknown = _unknown_keys(labels, annotations)
+    if unknown:
+        return Membership(role=role, error=f"unknown gang declaration: {unknown}")
     found: list[Membership] = []
     try:
         if name := labels.get(lbl.POD_GROUP_LABEL):
@@ -96,19 +106,28 @@ def resolve_membership(
                 n = _positive_int(num, lbl.GROUP_POD_NUM_ANNOTATION)
                 implicit = GangSpec(key, n, created=created)
             found.append(Membership(key, Source.VOLCANO, role, implicit))
-        if name := labels.get(lbl.POD_GROUP_NAME_LABEL):
-            key = f"{namespace}/{name}"
-            raw = labels.get(lbl.POD_GROUP_MIN_LABEL)
-            if raw is None:
-                need = lbl.POD_GROUP_MIN_LABEL
-                raise ValueError(f"label {lbl.POD_GROUP_NAME_LABEL} needs {need}")
-            n = _positive_int(raw, lbl.POD_GROUP_MIN_LABEL)
-            found.append(Membership(key, Source.LABELS, role, GangSpec(key, n, created=created)))
+        for name_label, min_label in (
+            (lbl.POD_GROUP_NAME_LABEL, lbl.POD_GROUP_MIN_LABEL),
+            (lbl.SIGS_POD_GROUP_NAME_LABEL, lbl.SIGS_POD_GROUP_MIN_LABEL),
+        ):
+            if name := labels.get(name_label):
+                found.append(
+                    _labelled(namespace, name, labels, name_label, min_label, role, created)
+                )
         if name := annotations.get(lbl.KOORD_NAME):
             found.append(_koordinator(namespace, name, annotations, role, created))
     except ValueError as e:
         return Membership(role=role, error=f"invalid gang declaration: {e}")
     keys = {m.key for m in found}
+    labelled = [m for m in found if m.source == Source.LABELS]
+    if len(labelled) == 2 and len(keys) == 1 and labelled[0].implicit != labelled[1].implicit:
+        return Membership(
+            role=role,
+            error=(
+                f"invalid gang declaration: {lbl.POD_GROUP_MIN_LABEL} and "
+                f"{lbl.SIGS_POD_GROUP_MIN_LABEL} disagree"
+            ),
+        )
     if len(keys) > 1:
         names = ", ".join(f"{m.key} ({m.source})" for m in found)
         return Membership(role=role, error=f"the pod declares more than one gang: {names}")
@@ -116,6 +135,43 @@ def resolve_membership(
         return Membership(role=role)
     # Several conventions naming the same gang agree; the highest-precedence one wins.
     return found[0]
+
+
+def _labelled(
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+    name_label: str,
+    min_label: str,
+    role: str,
+    created: float,
+) -> Membership:
+    key = f"{namespace}/{name}"
+    raw = labels.get(min_label)
+    if raw is None:
+        raise ValueError(f"label {name_label} needs {min_label}")
+    n = _positive_int(raw, min_label)
+    return Membership(key, Source.LABELS, role, GangSpec(key, n, created=created))
+
+
+def _unknown_keys(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str:
+    """Gang-looking keys gangsched does not read, named with what it reads instead; or ''."""
+    problems: list[str] = []
+    for where, keys, known, as_here, as_elsewhere in (
+        ("label", labels, lbl.GANG_LABELS, "a label", "an annotation"),
+        ("annotation", annotations, lbl.GANG_ANNOTATIONS, "an annotation", "a label"),
+    ):
+        for key in sorted(keys):
+            if key in known or not key.startswith(lbl.GANG_KEY_PREFIXES):
+                continue
+            if key in lbl.GANG_LABELS | lbl.GANG_ANNOTATIONS:
+                problems.append(f"{where} {key} is read as {as_elsewhere}, not as {as_here}")
+                continue
+            prefix = next(p for p in lbl.GANG_KEY_PREFIXES if key.startswith(p))
+            same = sorted(k for k in known if k.startswith(prefix))
+            reads = f" (it reads the {where}s {', '.join(same)})" if same else ""
+            problems.append(f"{where} {key} is not one gangsched reads{reads}")
+    return "; ".join(problems)
 
 
 def _koordinator(

@@ -3,9 +3,15 @@
 A bounded queue drained by a few workers: scheduling never waits on them, and when the API
 server is slow the oldest writes are dropped (and counted) rather than memory growing.
 
-Writes that carry a key (a PodGroup's status, a pod's condition) are coalesced: at most one
-write per key is in flight, and of the writes queued for a key only the latest runs. So two
-status writes for one PodGroup can never land out of order.
+Writes that carry a key (a PodGroup's status, a pod's condition, one event series) are
+coalesced: at most one write per key is in flight, and of the writes queued for a key only the
+latest runs. So two status writes for one PodGroup can never land out of order.
+
+Two queues: urgent writes (the outcome of a binding: ``Scheduled``, ``FailedBinding``) go
+before the others, and the others are dropped first when the queue is full. Every write is
+sent in the background lane of the client's rate limit (see client.py), so a backlog here
+never holds up a binding. On shutdown :meth:`drain` sends what is queued, urgent writes first,
+in the foreground lane (nothing else is sent any more), within a bounded time.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
 
-from gangsched.kube.client import ApiError
+from gangsched.kube.client import ApiError, background_lane
 
 __all__ = ["Outbox"]
 
@@ -29,40 +35,57 @@ Job = Callable[[], Awaitable[object]]
 
 class Outbox:
     def __init__(self, workers: int = 4, capacity: int = 10_000) -> None:
-        self._pending: OrderedDict[Hashable, tuple[str, Job]] = OrderedDict()
+        # [urgent, normal]: each key is in at most one of them
+        self._queues: tuple[OrderedDict[Hashable, tuple[str, Job]], ...] = (
+            OrderedDict(),
+            OrderedDict(),
+        )
         self._busy: set[Hashable] = set()
         self._capacity = capacity
         self._ready = asyncio.Condition()
         self._workers = workers
         self._tasks: list[asyncio.Task[None]] = []
         self._seq = itertools.count()
+        self._background = True
         self.dropped = 0
         self.failed = 0
         self.done = 0
 
-    def put(self, what: str, job: Job, key: Hashable | None = None) -> None:
-        """Queue a write; with a ``key``, it replaces any write for that key not yet started."""
+    def put(
+        self, what: str, job: Job, key: Hashable | None = None, *, urgent: bool = False
+    ) -> None:
+        """Queue a write; with a ``key``, it replaces any write for that key not yet started
+        (in the earlier place, or in the urgent queue if this one is urgent)."""
         if key is None:
             key = ("unkeyed", next(self._seq))
-        if key in self._pending:
-            self._pending[key] = (what, job)  # the latest wins, in the earlier place
+        urgent_q, normal_q = self._queues
+        if key in urgent_q:
+            urgent_q[key] = (what, job)
+        elif key in normal_q and not urgent:
+            normal_q[key] = (what, job)
         else:
-            if len(self._pending) >= self._capacity:
-                self._pending.popitem(last=False)
+            normal_q.pop(key, None)
+            if self.queued >= self._capacity:
+                (normal_q or urgent_q).popitem(last=False)
                 self.dropped += 1
-            self._pending[key] = (what, job)
+            (urgent_q if urgent else normal_q)[key] = (what, job)
         asyncio.get_running_loop().create_task(self._notify())
+
+    @property
+    def queued(self) -> int:
+        return sum(len(q) for q in self._queues)
 
     async def _notify(self) -> None:
         async with self._ready:
             self._ready.notify()
 
     def _take(self) -> tuple[Hashable, str, Job] | None:
-        for key in self._pending:
-            if key not in self._busy:
-                what, job = self._pending.pop(key)
-                self._busy.add(key)
-                return key, what, job
+        for queue in self._queues:
+            for key in queue:
+                if key not in self._busy:
+                    what, job = queue.pop(key)
+                    self._busy.add(key)
+                    return key, what, job
         return None
 
     def start(self) -> None:
@@ -70,13 +93,18 @@ class Outbox:
 
     @property
     def idle(self) -> bool:
-        return not self._pending and not self._busy
+        return not self.queued and not self._busy
 
     async def drain(self, timeout: float = 10.0) -> None:
+        """Wait, up to ``timeout`` seconds, until everything queued is sent; from now on in the
+        foreground lane of the rate limit (nothing else is sent any more)."""
+        self._background = False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while not self.idle and loop.time() < deadline:
             await asyncio.sleep(0.05)
+        if not self.idle:
+            log.warning("writes not sent before shutdown", queued=self.queued)
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -94,7 +122,8 @@ class Outbox:
                     item = self._take()
             key, what, job = item
             try:
-                await job()
+                with background_lane() if self._background else contextlib.nullcontext():
+                    await job()
                 self.done += 1
             except ApiError as e:
                 self.failed += 1
@@ -104,5 +133,5 @@ class Outbox:
                 log.exception("write crashed", what=what)
             finally:
                 self._busy.discard(key)
-                if key in self._pending:
+                if any(key in q for q in self._queues):
                     await self._notify()

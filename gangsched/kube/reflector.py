@@ -2,14 +2,22 @@
 
 resourceVersion bookkeeping with bookmarks; a watch that expires (410 Gone, or an ERROR event
 carrying 410) is followed by a fresh list, and the list is delivered as a whole so the consumer
-can drop what disappeared meanwhile (no lost and no double-counted objects); dropped
-connections reconnect with capped exponential backoff.
+can drop what disappeared meanwhile (no lost and no double-counted objects).
+
+A failed list or watch is retried with jittered exponential backoff, capped by what the error
+says. While the API server cannot be reached or says it cannot serve (connection refused or
+reset, 429, 5xx: an outage, a restart, overload), at most OUTAGE_RETRY_MAX apart, so the watch
+resumes within about a second of the server being back; the cost is about one connection
+attempt per resource and second while it is down. After an error that retrying will not soon
+fix (401, 403, another 4xx), doubling up to ERROR_RETRY_MAX. Any progress (a list, a watch
+event) starts the backoff afresh.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +31,11 @@ log = structlog.get_logger("gangsched.reflector")
 
 # (event type, object): ADDED, MODIFIED, DELETED; and ("SYNC", {"items": [...]}) after a list.
 Handler = Callable[[str, JSON], Awaitable[None] | None]
+
+RETRY_INITIAL = 0.2
+OUTAGE_RETRY_MAX = 1.0
+ERROR_RETRY_MAX = 30.0
+FAILURE_LOG_EVERY = 30.0  # while failing, a warning at most this often
 
 
 class Reflector:
@@ -52,6 +65,9 @@ class Reflector:
         self.watch_restarts = 0
         self.absent = False  # the resource is not served (a CRD that is not installed)
         self.handler_errors = 0
+        self._progress = False  # a list or a watch event since the last failure
+        self.failures = 0  # failed lists and watches in a row
+        self._failing_since = 0.0
 
     async def _emit(self, kind: str, obj: JSON) -> None:
         """Hand one event to the consumer. A consumer bug is logged, counted and survived:
@@ -88,13 +104,27 @@ class Reflector:
                 break
         if self.synced.is_set() and not self.absent:
             self.relists += 1  # a list after the first: the watch could not resume
+        self._made_progress()
         await self._emit("SYNC", {"items": items})
         self.synced.set()
 
+    def _made_progress(self) -> None:
+        self._progress = True
+        if self.failures:
+            log.info(
+                "watch resumed",
+                resource=self.name,
+                failures=self.failures,
+                after=round(time.monotonic() - self._failing_since, 1),
+            )
+            self.failures = 0
+
     async def run(self) -> None:
-        backoff = 0.5
+        backoff = RETRY_INITIAL
         need_list = True
+        logged = 0.0
         while True:
+            self._progress = False
             try:
                 if need_list:
                     await self.list_all()
@@ -103,8 +133,10 @@ class Reflector:
                         self.absent = False
                         log.info("resource now served; watching it", resource=self.name)
                 await self._watch_once()
-                backoff = 0.5
+                backoff = RETRY_INITIAL
             except ApiError as e:
+                if self._progress:
+                    backoff = RETRY_INITIAL
                 if e.status == 410:
                     log.info("watch expired, relisting", resource=self.name)
                     need_list = True
@@ -118,9 +150,24 @@ class Reflector:
                     need_list = True
                     await asyncio.sleep(self._absent_recheck)
                     continue
-                log.warning("watch failed", resource=self.name, error=str(e), retry_in=backoff)
-                await asyncio.sleep(backoff * (1 + random.random() / 2))
-                backoff = min(backoff * 2, 30.0)
+                cap = OUTAGE_RETRY_MAX if e.retriable else ERROR_RETRY_MAX
+                backoff = min(backoff, cap)
+                delay = backoff * (0.5 + random.random() / 2)
+                self.failures += 1
+                now = time.monotonic()
+                if self.failures == 1:
+                    self._failing_since = now
+                if self.failures == 1 or now - logged >= FAILURE_LOG_EVERY:
+                    logged = now
+                    log.warning(
+                        "watch failed",
+                        resource=self.name,
+                        error=str(e),
+                        failures=self.failures,
+                        retry_in=round(delay, 2),
+                    )
+                await asyncio.sleep(delay)
+                backoff = min(backoff * 2, cap)
                 if e.status in (401, 403, 404):
                     need_list = True
 
@@ -139,6 +186,8 @@ class Reflector:
             if kind == "ERROR":
                 code = int(obj.get("code", 0) or 0)
                 raise ApiError(code or 500, str(obj.get("reason", "")), obj)
+            if not self._progress:
+                self._made_progress()
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if rv:
                 self.resource_version = str(rv)

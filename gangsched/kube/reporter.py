@@ -1,34 +1,39 @@
-"""What people see: events on pods, the PodScheduled condition, and the scheduling part of
-PodGroup status. All writes go through the outbox and are deduplicated, so an unschedulable
-gang retried every few seconds does not write the same thing every few seconds.
+"""What people see: events on pods, the PodScheduled condition, and PodGroup status. All
+writes go through the outbox and are deduplicated, so an unschedulable gang retried every few
+seconds does not write the same thing every few seconds.
 
-Ownership of PodGroup status fields: this writer sets only ``conditions[Scheduled]``,
-``message``, ``scheduleStartTime``, ``lastFailureTime`` and ``waiting``; the status
-controller sets ``phase``, the member counts and ``observedGeneration``. Both use merge
-patches of their own fields only, so they never overwrite each other.
+PodGroup status: phase, member counts and the ``Scheduled`` condition come from the core's one
+rule (:func:`gangsched.core.status.group_status`) and are written together, with the object's
+resourceVersion as a precondition (see podstatus.py); the status controller writes the same
+fields by the same rule from its own view of the pods. Only this writer sets
+``scheduleStartTime``, ``lastFailureTime`` and ``waiting``.
 """
 
 from __future__ import annotations
 
-import itertools
-import time
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from typing import Any
 
 from gangsched.core.decisions import PodRef
+from gangsched.core.status import GroupStatus
 from gangsched.kube import labels as lbl
 from gangsched.kube.client import KubeClient
+from gangsched.kube.events import EventRecorder, rfc3339
 from gangsched.kube.outbox import Outbox
+from gangsched.kube.podstatus import (
+    UnboundVersion,
+    group_status_patch,
+    write_group_status,
+    write_pod_condition,
+)
 
 __all__ = ["Reporter", "rfc3339"]
 
 COMPONENT = "gangsched"
 
 
-def rfc3339(t: float | None = None, micro: bool = False) -> str:
-    dt = datetime.fromtimestamp(time.time() if t is None else t, tz=UTC)
-    if micro:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+# Events that tell the outcome of a binding go before the other writes (see outbox.py).
+URGENT_EVENTS = frozenset({"Scheduled", "FailedBinding"})
 
 
 class Reporter:
@@ -39,46 +44,23 @@ class Reporter:
         self._outbox = outbox
         self._instance = instance
         self._repeat_after = repeat_after
-        self._sent: dict[tuple[str, str], tuple[str, float]] = {}
+        # Repeats of an event are counted into its series (see events.py).
+        self._events = EventRecorder(
+            client, outbox, f"{lbl.GROUP}/{COMPONENT}", instance, refresh=repeat_after
+        )
         self._conditions: dict[str, str] = {}
-        self._group_status: dict[str, dict[str, object]] = {}
-        self._seq = itertools.count()
+        self._group_status: dict[str, object] = {}
+        # Where the pod watch says which pods are still unbound (set by the service); without
+        # it a condition write reads the pod first.
+        self.pod_version: UnboundVersion | None = None
 
     # ---- events ------------------------------------------------------------------------
     def event(self, pod: PodRef, kind: str, reason: str, action: str, note: str) -> None:
-        now = time.time()
-        last = self._sent.get((pod.uid, reason))
-        if last is not None and last[0] == note and now - last[1] < self._repeat_after:
-            return
-        self._sent[(pod.uid, reason)] = (note, now)
-        body = {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            # client-go's naming: the object name, a dot, and a unique hex suffix
-            "metadata": {
-                "name": f"{pod.name}.{time.time_ns():x}{next(self._seq):x}",
-                "namespace": pod.namespace,
-            },
-            "eventTime": rfc3339(now, micro=True),
-            "reportingController": f"{lbl.GROUP}/{COMPONENT}",
-            "reportingInstance": self._instance,
-            "action": action,
-            "reason": reason,
-            "note": note[:1024],
-            "type": kind,
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-            },
-        }
-        path = f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events"
-        self._outbox.put("event", lambda: self._client.post(path, body))
+        self._events.record(pod, kind, reason, action, note, urgent=reason in URGENT_EVENTS)
 
     def scheduled(self, pod: PodRef, node: str) -> None:
         self._conditions.pop(pod.uid, None)
+        self._events.forget(pod.uid, "FailedScheduling")  # what it had not sent is moot now
         self.event(
             pod,
             "Normal",
@@ -113,9 +95,11 @@ class Reporter:
                 ]
             }
         }
-        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status"
+        # Fenced: never lands on a pod bound since (see podstatus.py).
         self._outbox.put(
-            "condition", lambda: self._client.strategic_patch(path, body), key=("cond", pod.uid)
+            "condition",
+            lambda: write_pod_condition(self._client, pod, body, self.pod_version),
+            key=("cond", pod.uid),
         )
 
     def mark_timeout(self, pod: PodRef) -> None:
@@ -128,68 +112,47 @@ class Reporter:
 
     def forget_pod(self, uid: str) -> None:
         self._conditions.pop(uid, None)
-        for key in [k for k in self._sent if k[0] == uid]:
-            del self._sent[key]
+        self._events.forget(uid)
 
-    # ---- PodGroup status (scheduling fields only) ----------------------------------------
+    def flush(self) -> None:
+        """Queue every write that waits for its time (event series), to be sent now."""
+        self._events.flush()
+
+    # ---- PodGroup status ----------------------------------------------------------------
     def group_status(
         self,
         key: str,
+        status: GroupStatus,
         *,
-        scheduled: bool,
-        reason: str,
-        message: str,
         waiting: int,
         start: float | None,
         last_failure: float | None,
+        current: Mapping[str, Any] | None = None,
     ) -> None:
+        """Write a gangsched PodGroup's status when it changed since the last report; with
+        ``current`` (the object as the watch last saw it: a relist, the periodic resync) when
+        that object says something else."""
         ns, _, name = key.partition("/")
-        condition = {
-            "type": "Scheduled",
-            "status": "True" if scheduled else "False",
-            "reason": reason or ("Scheduled" if scheduled else "Pending"),
-            "message": message[:4096],
-        }
-        status: dict[str, object] = {
-            "message": message[:1024],
-            "waiting": waiting,
-            "scheduleStartTime": rfc3339(start) if start else None,
-            "lastFailureTime": rfc3339(last_failure) if last_failure else None,
-        }
-        signature: dict[str, object] = {**status, "condition": dict(condition)}
-        if self._group_status.get(key) == signature:
+        # The times are never cleared: a scheduler that restarted has not tried yet, but the
+        # gang was tried (the service gives the core the start time back from the object).
+        extra: dict[str, object] = {"waiting": waiting}
+        if start:
+            extra["scheduleStartTime"] = rfc3339(start)
+        if last_failure:
+            extra["lastFailureTime"] = rfc3339(last_failure)
+        signature = (status, tuple(extra.items()))
+        if current is not None:
+            if group_status_patch(current, status, extra, now="") is None:
+                self._group_status[key] = signature
+                return
+        elif self._group_status.get(key) == signature:
             return
         self._group_status[key] = signature
         path = f"/apis/{lbl.GROUP}/{lbl.VERSION}/namespaces/{ns}/{lbl.PODGROUP_PLURAL}/{name}"
 
         async def write() -> object:
-            current = await self._client.get(path)
-            conds = [
-                c
-                for c in (current.get("status") or {}).get("conditions") or []
-                if c.get("type") != "Scheduled"
-            ]
-            old = next(
-                (
-                    c
-                    for c in (current.get("status") or {}).get("conditions") or []
-                    if c.get("type") == "Scheduled"
-                ),
-                None,
-            )
-            changed = old is None or old.get("status") != condition["status"]
-            cond = {
-                **condition,
-                "lastTransitionTime": rfc3339()
-                if changed
-                else old.get("lastTransitionTime", rfc3339())
-                if old
-                else rfc3339(),
-                "observedGeneration": (current.get("metadata") or {}).get("generation", 0),
-            }
-            body = {"status": {**status, "conditions": [*conds, cond]}}
             try:
-                return await self._client.merge_patch(f"{path}/status", body)
+                return await write_group_status(self._client, path, status, extra, rfc3339)
             except Exception:
                 # not written: forget it, so the next report for this gang writes again
                 if self._group_status.get(key) == signature:

@@ -29,7 +29,7 @@ from gangsched.core.resources import GPU
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
 from gangsched.kube.binder import Binder
-from gangsched.kube.client import JSON, KubeClient
+from gangsched.kube.client import JSON, FenceCheck, FencedError, KubeClient
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.reflector import Reflector
@@ -40,6 +40,7 @@ from gangsched.kube.translate import (
     node_from,
     pod_from,
     podgroup_from,
+    timestamp,
     volcano_podgroup_from,
     xk8s_podgroup_from,
 )
@@ -49,6 +50,7 @@ __all__ = ["SchedulerService", "ServiceStats"]
 log = structlog.get_logger("gangsched.service")
 
 MAX_IDLE = 5.0  # the loop turns at least this often, so /healthz can tell it is alive
+BIND_GRACE = 5.0  # on shutdown, how long bindings already under way may take to finish
 
 # Where each PodGroup convention's objects live, in precedence order.
 CRD_SOURCES = (
@@ -71,6 +73,10 @@ class ServiceStats:
     decisions_by_kind: dict[str, int] = field(default_factory=dict)
 
 
+def _timeout_text(seconds: float | None) -> str:
+    return "default" if seconds is None else f"{seconds:g}s"
+
+
 def _key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -86,14 +92,19 @@ class SchedulerService:
         metrics: Metrics | None = None,
         *,
         yield_every: int = 16,
+        status_resync_seconds: float = 60.0,
+        fence: FenceCheck | None = None,
     ) -> None:
         self.core = core
+        # With leader election: whether this replica is still sure it leads (see leader.py).
+        self._fence = fence
         self.client = client
         self.binder = binder
         self.reporter = reporter
         self._yield_every = yield_every
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._binds: set[asyncio.Task[Any]] = set()  # those of _tasks that bind a gang
         self._crd_specs: dict[str, dict[str, GangSpec]] = {s: {} for s, _, _ in CRD_SOURCES}
         self._implicit: dict[str, GangSpec] = {}
         self._declarers: dict[str, str] = {}  # gang -> uid of the pod whose declaration stands
@@ -117,12 +128,18 @@ class SchedulerService:
         ]
         self.ready = asyncio.Event()
         self._relists_seen: dict[str, int] = {}
+        self._status_resync = status_resync_seconds
+        # gangsched PodGroups as last seen (generation and status): what a resync compares to
+        self._podgroups: dict[str, JSON] = {}
+        # a pod condition write is sent only while the watch still sees the pod unbound
+        reporter.pod_version = self._unbound_version
         self._dropped_seen = 0
 
     # ---- running -----------------------------------------------------------------------
     async def run(self) -> None:
         self.last_turn = time.monotonic()
         watchers = [asyncio.create_task(r.run(), name=r.name) for r in self.reflectors]
+        loop_task: asyncio.Task[None] | None = None
         try:
             await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
             log.info(
@@ -132,7 +149,13 @@ class SchedulerService:
                 absent=[r.name for r in self.reflectors if r.absent],
             )
             self.ready.set()
+            # status only now: before every list is in, counts would miss pods not yet listed
+            self._report_all(force=True)
             loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
+            if self._status_resync > 0:
+                resync = asyncio.create_task(self._resync_status_forever(), name="status-resync")
+                self._tasks.add(resync)
+                resync.add_done_callback(self._tasks.discard)
             done, _ = await asyncio.wait(
                 [loop_task, *watchers], return_when=asyncio.FIRST_COMPLETED
             )
@@ -144,9 +167,17 @@ class SchedulerService:
                     raise RuntimeError(f"{t.get_name()} stopped") from t.exception()
             raise RuntimeError(f"{', '.join(t.get_name() for t in done)} stopped unexpectedly")
         finally:
-            for t in [*watchers, *self._tasks]:
+            # Nothing more is decided, and bindings already under way are seen through (for a
+            # bounded time), so that what they bound is reported before the process exits.
+            stopping = [*watchers, *([loop_task] if loop_task is not None else [])]
+            for t in stopping:
                 t.cancel()
-            for t in [*watchers, *self._tasks]:
+            binds = [t for t in self._binds if not t.done()]
+            if binds:
+                await asyncio.wait(binds, timeout=BIND_GRACE)
+            for t in self._tasks:
+                t.cancel()
+            for t in [*stopping, *self._tasks]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
@@ -155,6 +186,8 @@ class SchedulerService:
         while True:
             n = 0
             while True:
+                if not self._sure():
+                    await self._deposed()
                 t0 = time.perf_counter()
                 decisions = core.schedule_one()
                 if decisions is None:
@@ -172,6 +205,17 @@ class SchedulerService:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), min(timeout, MAX_IDLE) + 0.001)
+
+    def _sure(self) -> bool:
+        return self._fence is None or self._fence()
+
+    async def _deposed(self) -> None:
+        """No longer sure to lead: drop every decision not sent yet and schedule nothing more;
+        the process exits (the app watches the fence)."""
+        log.error("no longer sure to lead; dropping queued bindings", queued=len(self._binds))
+        for t in list(self._binds):
+            t.cancel()
+        await asyncio.Event().wait()
 
     def _observe(self, decisions: list[Decision], seconds: float) -> None:
         m = self.metrics
@@ -267,6 +311,7 @@ class SchedulerService:
             known.clear()
             for item in items:
                 self._upsert_pod(item)
+            self._report_all(force=True)  # a relist may follow missed events
         elif kind == "DELETED":
             self._delete_pod(str((obj.get("metadata") or {}).get("uid", "")))
         else:
@@ -276,6 +321,7 @@ class SchedulerService:
     def _upsert_pod(self, obj: JSON) -> None:
         pod, membership = pod_from(obj)
         self._known["pods"].add(pod.uid)
+        old = self.core.cache.pods.get(pod.uid)
         if pod.scheduler_name == self.core.config.scheduler_name and membership.key:
             self._gang_source.setdefault(membership.key, membership.source)
             if membership.implicit is not None:
@@ -286,6 +332,9 @@ class SchedulerService:
         self.core.pod_upsert(pod)
         if membership.key:
             self._report_group(membership.key)
+        if old is not None and old.group and old.group != pod.group:
+            self._report_group(old.group)
+            self._forget_if_gone(old.group)
 
     def _declare(self, key: str, uid: str, spec: GangSpec) -> str:
         """Record a pod's own declaration of its gang. The first declaration stands; a pod
@@ -303,7 +352,8 @@ class SchedulerService:
         return (
             f"declares gang {key} differently from its other members "
             f"(minMember {spec.min_member} vs {first.min_member}, mode {spec.mode} vs "
-            f"{first.mode}, timeout {spec.timeout_seconds} vs {first.timeout_seconds})"
+            f"{first.mode}, timeout {_timeout_text(spec.timeout_seconds)} vs "
+            f"{_timeout_text(first.timeout_seconds)})"
         )
 
     def _delete_pod(self, uid: str) -> None:
@@ -313,6 +363,27 @@ class SchedulerService:
         self.core.pod_delete(uid)
         if pod is not None and pod.group:
             self._report_group(pod.group)
+            self._forget_if_gone(pod.group)
+
+    def _forget_if_gone(self, key: str) -> None:
+        """The gang's last pod went away: drop what was kept for it (its pods' declaration,
+        their convention); the gang itself stays only while its PodGroup exists."""
+        if key in self.core.group_pods:
+            return
+        self._gang_source.pop(key, None)
+        self._declarers.pop(key, None)
+        if self._implicit.pop(key, None) is not None:
+            self._apply_spec(key)
+        if self._resolve_spec(key) is None:
+            self.reporter.forget_group(key)
+
+    def _unbound_version(self, uid: str) -> str | None:
+        """The resourceVersion of a pod the watch sees unbound ('' when it carried none), or
+        None when the pod is bound or gone."""
+        pod = self.core.cache.pods.get(uid)
+        if pod is None or pod.node_name:
+            return None
+        return pod.resource_version
 
     def _crd_handler(self, source: str, parse: Any) -> Any:
         def handle(kind: str, obj: JSON) -> None:
@@ -326,13 +397,27 @@ class SchedulerService:
                     specs[_key(item)] = parse(item)
                 for k in stale | keys:
                     self._apply_spec(k)
+                if source == Source.GANGSCHED:
+                    for k in stale:
+                        self._podgroups.pop(k, None)
+                        self.reporter.forget_group(k)
+                    for item in items:
+                        self._seen_podgroup(item)
+                    self._report_all(force=True)  # a relist may follow missed events
             elif kind == "DELETED":
                 specs.pop(_key(obj), None)
                 self._apply_spec(_key(obj))
+                if source == Source.GANGSCHED:
+                    self._podgroups.pop(_key(obj), None)
+                    self.reporter.forget_group(_key(obj))
             else:
                 spec = parse(obj)
                 specs[spec.key] = spec
                 self._apply_spec(spec.key)
+                if source == Source.GANGSCHED:
+                    self._seen_podgroup(obj)
+                    # a new minMember changes what the status says even if nothing is pending
+                    self._report_group(spec.key)
             self.poke()
 
         return handle
@@ -361,10 +446,14 @@ class SchedulerService:
             kind = type(d).__name__
             self.stats.decisions_by_kind[kind] = self.stats.decisions_by_kind.get(kind, 0) + 1
             if isinstance(d, BindGang):
+                if not self._sure():
+                    continue  # deposed: the decision is dropped, and the process exits
                 self.stats.bind_gangs += 1
                 task = asyncio.create_task(self._bind(d))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+                self._binds.add(task)
+                task.add_done_callback(self._binds.discard)
             elif isinstance(d, GangUnschedulable):
                 self.stats.unschedulable += 1
                 for pod in d.pods:
@@ -380,7 +469,10 @@ class SchedulerService:
             self._report_group(d.gang)
 
     async def _bind(self, d: BindGang) -> None:
-        results = await self.binder.bind_gang(d)
+        try:
+            results = await self.binder.bind_gang(d)
+        except FencedError:
+            return  # nothing to report: the process is on its way out
         for r in results:
             self.metrics.bindings.labels("success" if r.ok else "error").inc()
             if r.ok:
@@ -390,23 +482,45 @@ class SchedulerService:
         self._report_group(d.gang)
         self.poke()
 
-    def _report_group(self, key: str) -> None:
-        if (
-            self._gang_source.get(key) != Source.GANGSCHED
-            and key not in self._crd_specs[Source.GANGSCHED]
-        ):
+    def _report_group(self, key: str, force: bool = False) -> None:
+        """Write a gangsched PodGroup's status: phase, counts and condition from the core's
+        one rule (``Scheduler.group_status``), with the scheduler's own fields."""
+        if not self.ready.is_set() or key not in self._crd_specs[Source.GANGSCHED]:
             return
+        status = self.core.group_status(key)
         view = self.core.view(key)
-        if view is None:
+        if status is None or view is None:
             return
-        held = view.bound + view.succeeded
-        scheduled = view.min_member > 0 and held >= view.min_member
         self.reporter.group_status(
             key,
-            scheduled=scheduled,
-            reason="Scheduled" if scheduled else view.reason,
-            message=view.message if not scheduled else f"{held} member(s) bound",
+            status,
             waiting=view.waiting,
             start=view.schedule_start,
             last_failure=view.last_failure,
+            current=self._podgroups.get(key) if force else None,
         )
+
+    def _seen_podgroup(self, obj: JSON) -> None:
+        status = obj.get("status") or {}
+        if status.get("scheduleStartTime"):
+            self.core.restore_schedule_start(_key(obj), timestamp(status["scheduleStartTime"]))
+        meta = obj.get("metadata") or {}
+        self._podgroups[_key(obj)] = {
+            "metadata": {
+                "generation": meta.get("generation", 0),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "status": obj.get("status") or {},
+        }
+
+    def _report_all(self, force: bool) -> None:
+        for key in list(self._crd_specs[Source.GANGSCHED]):
+            self._report_group(key, force)
+
+    async def _resync_status_forever(self) -> None:
+        """Recompute every gangsched PodGroup's status every ``status_resync_seconds`` and
+        write it where the object says something else, so a write or an event that was lost
+        is repaired."""
+        while True:
+            await asyncio.sleep(self._status_resync)
+            self._report_all(force=True)

@@ -115,7 +115,7 @@ def _node_from(obj: Obj) -> Node:
     except (QuantityError, SpecError):
         alloc, ready = {}, False  # a node we cannot read is never a candidate
     taints = tuple(
-        Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "")))
+        Taint(str(t.get("key") or ""), str(t.get("value") or ""), str(t.get("effect") or ""))
         for t in _list(spec.get("taints"), "spec.taints")
         if isinstance(t, Mapping)
     )
@@ -137,11 +137,11 @@ def _namespace_from(obj: Obj) -> tuple[str, dict[str, str]]:
 # ---- pods ----------------------------------------------------------------------------------
 def _requirement(r: object, field: str) -> Requirement:
     r = _map(r, field)
-    op = str(r.get("operator", ""))
+    op = str(r.get("operator") or "")
     if op not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"):
         raise SpecError(f"{field}.operator: unknown operator {op!r}")
     values = tuple(str(v) for v in _list(r.get("values"), f"{field}.values"))
-    return Requirement(str(r.get("key", "")), op, values)
+    return Requirement(str(r.get("key") or ""), op, values)
 
 
 def _term(t: object, field: str) -> AffinityTerm:
@@ -162,7 +162,7 @@ def _preferred(p: object, field: str) -> PreferredTerm:
     p = _map(p, field)
     weight = p.get("weight", 0)
     if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
-        raise SpecError(f"{field}.weight: must be an integer from 1 to 100, got {weight!r}")
+        raise SpecError(f"{field}.weight: must be an integer from 1 to 100, got {_shown(weight)}")
     return PreferredTerm(weight, _term(p.get("preference"), f"{field}.preference"))
 
 
@@ -297,7 +297,12 @@ def _names(v: object, field: str) -> tuple[str, ...]:
 
 
 def _shown(v: object) -> str:
-    """``repr`` for error messages, short and safe for any value."""
+    """``repr`` for error messages, short and safe for any value; JSON's words for null and
+    booleans, as the user wrote them."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
     try:
         text = repr(v)
     except ValueError:  # an integer too large to print
@@ -675,6 +680,7 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
         phase=phase,
         node_name=str(spec.get("nodeName") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
     labels = _str_map(meta.get("labels"), "metadata.labels")
     annotations = _str_map(meta.get("annotations"), "metadata.annotations")
@@ -690,7 +696,7 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
         pod.requests = _requests(spec, status)
         priority = spec.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
-            raise SpecError(f"spec.priority: expected an integer, got {priority!r}")
+            raise SpecError(f"spec.priority: expected an integer, got {_shown(priority)}")
         pod.priority = priority
         pod.placement = _placement(spec)
 
@@ -726,10 +732,17 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
 # ---- PodGroups -----------------------------------------------------------------------------
 def _int(v: object, field: str, minimum: int = 0) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
-        raise SpecError(f"{field}: expected an integer, got {v!r}")
+        raise SpecError(f"{field}: expected an integer, got {_shown(v)}")
     if v < minimum:
         raise SpecError(f"{field}: must be >= {minimum}, got {v}")
     return v
+
+
+def _role(r: object, field: str) -> RoleSpec:
+    if r is None:
+        raise SpecError(f"{field}: expected an object, got null")
+    role = _map(r, field)
+    return RoleSpec(str(role.get("name", "")), _int(role.get("minMember", 0), f"{field}.minMember"))
 
 
 def _podgroup_from(obj: Obj) -> GangSpec:
@@ -742,20 +755,20 @@ def _podgroup_from(obj: Obj) -> GangSpec:
         min_member = _int(spec.get("minMember", 1), "spec.minMember", 1)
         timeout = spec.get("scheduleTimeoutSeconds")
         roles = tuple(
-            RoleSpec(str(_map(r, "role").get("name", "")), _int(r.get("minMember", 0), "role"))
-            for r in _list(spec.get("roles"), "spec.roles")
+            _role(r, f"spec.roles[{i}]")
+            for i, r in enumerate(_list(spec.get("roles"), "spec.roles"))
         )
         topo = _map(spec.get("topology"), "spec.topology")
-        mode = str(spec.get("mode", "Strict"))
+        mode = spec.get("mode", "Strict")
         if mode not in ("Strict", "NonStrict"):
-            raise SpecError(f"spec.mode: must be Strict or NonStrict, got {mode!r}")
+            raise SpecError(f"spec.mode: must be Strict or NonStrict, got {_shown(mode)}")
         group = tuple(
             g if "/" in g else f"{ns}/{g}"
             for g in (str(x) for x in _list(spec.get("gangGroup"), "spec.gangGroup"))
         )
-        once = str(spec.get("onceSatisfied", "Independent"))
+        once = spec.get("onceSatisfied", "Independent")
         if once not in ("Independent", "Gang"):
-            raise SpecError(f"spec.onceSatisfied: must be Independent or Gang, got {once!r}")
+            raise SpecError(f"spec.onceSatisfied: must be Independent or Gang, got {_shown(once)}")
         return GangSpec(
             key=key,
             min_member=min_member,

@@ -15,6 +15,7 @@ from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import PodRef
 from gangsched.core.scheduler import Scheduler
+from gangsched.core.status import GroupStatus
 from gangsched.kube.membership import Source
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
@@ -33,8 +34,17 @@ class RecordingReporter:
     def unschedulable(self, pod: PodRef, reason: str, message: str) -> None:
         self.unschedulable_calls.append((pod.name, reason, message))
 
-    def group_status(self, key: str, **fields: Any) -> None:
-        self.groups[key] = fields
+    def group_status(self, key: str, status: GroupStatus, **fields: Any) -> None:
+        self.groups[key] = {
+            "scheduled": status.scheduled,
+            "reason": status.reason,
+            "message": status.message,
+            "phase": status.phase,
+            **fields,
+        }
+
+    def forget_group(self, key: str) -> None:
+        self.groups.pop(key, None)
 
     def event(self, pod: PodRef, kind: str, reason: str, action: str, note: str) -> None:
         self.events.append((pod.name, reason, note))
@@ -55,7 +65,9 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 @pytest.fixture
 def service(loop: asyncio.AbstractEventLoop) -> SchedulerService:
     core = Scheduler(CoreConfig(), FakeClock())
-    return SchedulerService(core, object(), object(), RecordingReporter())  # type: ignore[arg-type]
+    service = SchedulerService(core, object(), object(), RecordingReporter())  # type: ignore[arg-type]
+    service.ready.set()  # as after the first lists
+    return service
 
 
 def _namespace(name: str, **labels: str) -> dict[str, Any]:
@@ -166,7 +178,12 @@ class RecordingOutbox:
         self.jobs: list[tuple[str, Callable[[], Awaitable[object]], Hashable | None]] = []
 
     def put(
-        self, what: str, job: Callable[[], Awaitable[object]], key: Hashable | None = None
+        self,
+        what: str,
+        job: Callable[[], Awaitable[object]],
+        key: Hashable | None = None,
+        *,
+        urgent: bool = False,
     ) -> None:
         self.jobs.append((what, job, key))
 
@@ -175,6 +192,9 @@ class RecordingClient:
     def __init__(self) -> None:
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.posts: list[tuple[str, dict[str, Any]]] = []
+
+    async def get(self, path: str) -> dict[str, Any]:
+        return {"metadata": {"uid": "uid-p", "resourceVersion": "7"}, "spec": {}}
 
     async def strategic_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         self.patches.append((path, body))
@@ -193,6 +213,8 @@ def _written_condition(reason: str, message: str) -> tuple[dict[str, Any], dict[
         asyncio.run(job())  # type: ignore[arg-type]
     [(path, body)] = client.patches
     assert path == "/api/v1/namespaces/ml/pods/p/status"
+    # sent only on the unbound pod it was decided for
+    assert body["metadata"] == {"uid": "uid-p", "resourceVersion": "7"}
     [(_, event)] = client.posts
     [condition] = body["status"]["conditions"]
     return condition, event

@@ -310,7 +310,7 @@ class FakeApi:
             raise ApiError(404, "NotFound")
         return self.volumes[name]
 
-    async def merge_patch(self, path: str, body: Any) -> dict[str, Any]:
+    async def merge_patch(self, path: str, body: Any, *, fence: object = None) -> dict[str, Any]:
         self.calls.append(("PATCH", path, body))
         if path in self.patch_errors:
             raise self.patch_errors[path]
@@ -331,7 +331,7 @@ class FakeApi:
             self._later(key, parts[-1])
         return {}
 
-    async def post(self, path: str, body: Any) -> dict[str, Any]:
+    async def post(self, path: str, body: Any, *, fence: object = None) -> dict[str, Any]:
         self.calls.append(("POST", path, body))
         return {}
 

@@ -421,7 +421,7 @@ def test_koordinator_groups_with_a_huge_number_is_an_error() -> None:
         ({lbl.ROLE_LABEL: "worker"}, {lbl.VOLCANO_TASK_SPEC_ANNOTATION: "ps"}, "worker"),
         ({lbl.ROLE_LABEL: ""}, {lbl.VOLCANO_TASK_SPEC_ANNOTATION: "ps"}, "ps"),
         ({}, {}, ""),
-        ({lbl.VOLCANO_TASK_SPEC_ANNOTATION: "ps"}, {lbl.ROLE_LABEL: "worker"}, ""),  # wrong places
+        ({lbl.VOLCANO_TASK_SPEC_ANNOTATION: "ps"}, {}, ""),  # a Volcano annotation as a label
     ],
 )
 @pytest.mark.parametrize(
@@ -439,6 +439,22 @@ def test_roles(
     m = resolve({**gang_labels, **labels}, {**gang_annotations, **annotations})
     assert m.error == ""
     assert m.role == role
+
+
+@pytest.mark.parametrize(
+    ("gang_labels", "gang_annotations"),
+    [(GANGSCHED, {}), ({}, VOLCANO), ({}, KOORD), ({}, {})],
+    ids=["gangsched", "volcano", "koordinator", "no-gang"],
+)
+def test_a_role_label_set_as_an_annotation_is_refused_by_name(
+    gang_labels: dict[str, str], gang_annotations: dict[str, str]
+) -> None:
+    m = resolve(gang_labels, {**gang_annotations, lbl.ROLE_LABEL: "worker"})
+    assert m.key == ""
+    assert m.error == (
+        "unknown gang declaration: annotation gangsched.io/role is read as a label, "
+        "not as an annotation"
+    )
 
 
 def test_role_kept_when_the_declaration_is_malformed() -> None:

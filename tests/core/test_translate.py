@@ -420,6 +420,7 @@ def test_pod_realistic() -> None:
         deleting=False,
         invalid_reason="",
         labels=POD["metadata"]["labels"],
+        resource_version="1201934",
     )
     assert membership.key == "ml/train"
     assert membership.source == Source.GANGSCHED
