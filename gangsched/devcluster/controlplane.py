@@ -386,6 +386,7 @@ class ControlPlane:
         self._prefix = _parent_death_prefix() if kill_with_parent else []
         self._workdir: Path | None = None
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._kwok_args: tuple[str, ...] = ()
         self._token: str | None = None
         self._etcd_port = 0
         self._etcd_peer_port = 0
@@ -658,9 +659,17 @@ class ControlPlane:
             return False
 
     def start_apiserver(self) -> None:
-        """Start kube-apiserver (same port, etcd and keys every time) and wait for /readyz."""
+        """Start kube-apiserver (same port, etcd and keys every time) and wait for /readyz.
+
+        If kwok is running it is restarted once the server is ready: after a few outages its
+        client-go watches back off for up to half a minute, during which new fake nodes would
+        not become Ready, where real kubelets keep heartbeating and report at once.
+        """
         self._spawn("kube-apiserver", self._apiserver_argv())
         self._wait_until("kube-apiserver", self._readyz, "/readyz == 200")
+        if "kwok" in self._procs:
+            self.stop_kwok()
+            self.start_kwok(self._kwok_args)
 
     def stop_apiserver(self, *, kill: bool = False) -> None:
         """Stop kube-apiserver only; etcd and kwok keep running.
@@ -713,6 +722,7 @@ class ControlPlane:
         unbound pods.
         """
         self._need(self._workdir, "kwok")
+        self._kwok_args = tuple(extra_args)
         self._spawn(
             "kwok",
             [
