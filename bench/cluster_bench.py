@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gangsched.devcluster import ControlPlane  # noqa: E402
+from gangsched.devcluster.controlplane import fake_node  # noqa: E402
 
 
 def _list(items: list[dict[str, Any]]) -> str:
@@ -43,23 +44,8 @@ def main() -> int:
     )
     args = p.parse_args()
     gangs = args.pods // args.gang_size
-    res = {
-        "cpu": "128",
-        "memory": "1024Gi",
-        "pods": "110",
-        "nvidia.com/gpu": str(args.gpus_per_node),
-    }
     nodes = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": f"bench-{i:04d}",
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {"bench": "yes"},
-            },
-            "status": {"capacity": res, "allocatable": res},
-        }
+        fake_node(f"bench-{i:04d}", "128", "1024Gi", args.gpus_per_node, {"bench": "yes"})
         for i in range(args.nodes)
     ]
     objs: list[dict[str, Any]] = []

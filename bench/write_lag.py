@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gangsched.devcluster import ControlPlane  # noqa: E402
+from gangsched.devcluster.controlplane import fake_node  # noqa: E402
 from gangsched.kube.client import ApiError, KubeClient, load_configuration  # noqa: E402
 
 NS = "lag"
@@ -206,23 +207,8 @@ def main() -> int:
     p.add_argument("--settle", type=float, default=10.0, help="seconds before the stop")
     args = p.parse_args()
     source = Path(args.source).resolve()
-    res = {
-        "cpu": "128",
-        "memory": "1024Gi",
-        "pods": "110",
-        "nvidia.com/gpu": str(args.gpus_per_node),
-    }
     nodes = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": f"lag-{i:03d}",
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {"bench": "yes"},
-            },
-            "status": {"capacity": res, "allocatable": res},
-        }
+        fake_node(f"lag-{i:03d}", "128", "1024Gi", args.gpus_per_node, {"bench": "yes"})
         for i in range(args.nodes)
     ]
     with ControlPlane() as cp, tempfile.TemporaryDirectory() as tmp:

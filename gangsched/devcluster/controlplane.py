@@ -342,6 +342,44 @@ def _generate_pki_cryptography(pki: Path) -> None:  # pragma: no cover - only wi
     (pki / "server.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
+def fake_node(
+    name: str,
+    cpu: str | float,
+    memory: str | int,
+    gpus: int,
+    labels: Mapping[str, str] | None = None,
+    *,
+    pods: int = 110,
+    taints: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    """A Node object for kwok to manage (annotated ``kwok.x-k8s.io/node: fake``), with
+    capacity = allocatable = the given resources and the usual hostname/os/arch labels."""
+    resources = {
+        "cpu": str(cpu),
+        "memory": str(memory),
+        "pods": str(pods),
+        GPU_RESOURCE: str(gpus),
+    }
+    node_labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        **(labels or {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": node_labels,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"taints": [dict(t) for t in taints]} if taints else {},
+        "status": {"capacity": resources, "allocatable": dict(resources)},
+    }
+
+
 class ControlPlane:
     """etcd + kube-apiserver (and optionally kwok) in a temporary directory.
 
@@ -797,30 +835,7 @@ class ControlPlane:
         the create request: the Node create strategy keeps it (no status subresource call
         needed). Returns the created Node as a dict.
         """
-        resources = {
-            "cpu": str(cpu),
-            "memory": str(memory),
-            "pods": str(pods),
-            GPU_RESOURCE: str(gpus),
-        }
-        node_labels = {
-            "kubernetes.io/hostname": name,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "type": "kwok",
-            **(labels or {}),
-        }
-        node: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": node_labels,
-                "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            },
-            "spec": {"taints": [dict(t) for t in taints]} if taints else {},
-            "status": {"capacity": resources, "allocatable": dict(resources)},
-        }
+        node = fake_node(name, cpu, memory, gpus, labels, pods=pods, taints=taints)
         created: dict[str, Any] = json.loads(
             self.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(node)).stdout
         )
