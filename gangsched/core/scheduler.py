@@ -453,12 +453,11 @@ class Scheduler:
         elif gang.members:
             # A gang that waits says how many members it has: look at it again.
             self.queue.wake(None, (key,))
-        if not self._has_pending(gang) and key not in self.permit:
-            assumed = self.cache.assumed
-            if not any(u in assumed for u in gang.members):
-                # Nothing left to schedule: the last attempt's word no longer applies, and the
-                # status says what the members are (see core/status.py).
-                gang.reason = gang.message = ""
+        if key not in self.permit:
+            # The last attempt's message counted members that are no longer all there: drop
+            # it, so the status says what the members are (see core/status.py) until the next
+            # attempt speaks again.
+            gang.reason = gang.message = ""
 
     def _group_of(self, gang: Gang) -> tuple[str, ...]:
         """The gang and every gang of its gang group: what one of its events may unblock."""

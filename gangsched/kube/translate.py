@@ -663,7 +663,8 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
     meta = _map(obj.get("metadata"), "metadata")
     spec = _map(obj.get("spec"), "spec")
     status = _map(obj.get("status"), "status")
-    ns = str(meta.get("namespace", "default"))
+    raw_ns = meta.get("namespace")
+    ns = str(raw_ns) if raw_ns not in (None, "") else "default"
     name = str(meta.get("name", ""))
     uid = str(meta.get("uid", "") or f"{ns}/{name}")
     try:
