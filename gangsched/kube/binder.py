@@ -5,9 +5,11 @@ UID as a precondition, so a pod deleted and recreated under the same name is nev
 mistake. Outcomes per pod:
 
 - 201: bound; the watch confirms it into the cache.
-- 409 (already assigned): if it is assigned where we meant, that is success (a retry after a
-  lost response); otherwise the reservation is dropped and the watch brings the truth.
-- 404 / UID mismatch: the pod is gone; its reservation is dropped.
+- 409 (already assigned, UID precondition failed, being deleted): the pod is read; if it is the
+  same pod assigned where we meant, that is success (a retry after a lost response); otherwise
+  the reservation is dropped (``already assigned to <node>``, or ``pod is gone`` for a pod
+  recreated under the same name) and the watch brings the truth.
+- 404: the pod is gone; its reservation is dropped.
 - 0 / 429 / 5xx: retried with backoff, then given up: the reservation is dropped and the gang
   retried. Pods cannot be unbound, so members already bound stay bound.
 
@@ -46,7 +48,8 @@ from gangsched.core.volumes import (
     PersistentVolume,
     VolumeCatalog,
 )
-from gangsched.kube.client import ApiError, FenceCheck, FencedError, KubeClient
+from gangsched.kube.api import KubeApi
+from gangsched.kube.client import ApiError, FenceCheck, FencedError
 from gangsched.kube.storage import claim_from, pv_from
 
 __all__ = ["BindResult", "Binder"]
@@ -64,7 +67,7 @@ class BindResult:
 class Binder:
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         on_failure: Callable[[str, str], None],
         retries: int = 3,
         retry_delay: float = 0.5,
@@ -159,9 +162,14 @@ class Binder:
             return BindResult(b, False, f"{err}; then {e}")
         meta = current.get("metadata") or {}
         node = (current.get("spec") or {}).get("nodeName")
-        if meta.get("uid") == pod.uid and node == b.node:
+        if meta.get("uid") != pod.uid:
+            # the API server answers a failed UID precondition with 409 too
+            return BindResult(b, False, f"pod is gone: recreated under the same name: {err}")
+        if node == b.node:
             return BindResult(b, True)
-        return BindResult(b, False, f"already assigned to {node or 'another node'}: {err}")
+        if node:
+            return BindResult(b, False, f"already assigned to {node}: {err}")
+        return BindResult(b, False, str(err))  # being deleted, or gated again
 
     # ---- PreBind: volumes ------------------------------------------------------------------
     async def bind_volumes(self, claims: Sequence[ClaimBinding]) -> str:

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gangsched.core.decisions import PodRef
-from gangsched.kube.client import ApiError, KubeClient
+from gangsched.kube.api import KubeApi
+from gangsched.kube.client import ApiError
 from gangsched.kube.outbox import Outbox
 
 __all__ = ["EventRecorder", "rfc3339"]
@@ -80,7 +81,7 @@ class _Series:
 class EventRecorder:
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         outbox: Outbox,
         controller: str,
         instance: str,

@@ -66,8 +66,10 @@ class Outbox:
         else:
             normal_q.pop(key, None)
             if self.queued >= self._capacity:
-                (normal_q or urgent_q).popitem(last=False)
                 self.dropped += 1
+                if not normal_q and not urgent:
+                    return  # full of urgent writes: this one is the least of them
+                (normal_q or urgent_q).popitem(last=False)
             (urgent_q if urgent else normal_q)[key] = (what, job)
         asyncio.get_running_loop().create_task(self._notify())
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +14,17 @@ from .conftest import SchedulerProcess
 from .kube import bound, condition, create, event_reasons, get_pg, pod, podgroup, pods, wait_for
 
 Nodes = Callable[..., dict[str, str]]
+
+
+def waiting(cp: ControlPlane, ns: str, names: list[str], says: str) -> bool:
+    """Whether every one of these pods has PodScheduled=False with a message containing
+    ``says``: the scheduler saw them and decided they wait."""
+    state = pods(cp, ns)
+    for name in names:
+        cond = condition(state.get(name) or {}, "PodScheduled")
+        if cond is None or cond.get("status") != "False" or says not in cond.get("message", ""):
+            return False
+    return True
 
 
 def _member(name: str, ns: str, sel: dict[str, str], **meta: Any) -> dict[str, Any]:
@@ -41,7 +51,11 @@ def test_scheduler_plugins_podgroup(
     )
     for i in range(2):
         create(cp, _member(f"job-{i}", ns, sel, labels={"scheduling.x-k8s.io/pod-group": "job"}))
-    time.sleep(3)
+    wait_for(
+        "both members told they wait for a third",
+        lambda: waiting(cp, ns, ["job-0", "job-1"], "2 of 3 members exist"),
+    )
+    assert "FailedScheduling" in event_reasons(cp, ns, "job-0")
     assert bound(cp, ns) == {}, "2 of minMember 3 must not bind"
     create(cp, _member("job-2", ns, sel, labels={"scheduling.x-k8s.io/pod-group": "job"}))
     wait_for("the gang of three bound", lambda: len(bound(cp, ns)) == 3)
@@ -66,7 +80,10 @@ def test_volcano_podgroup_with_task_minimums(
         create(
             cp, _member(f"w-{i}", ns, sel, annotations={**ann, "volcano.sh/task-spec": "worker"})
         )
-    time.sleep(3)
+    wait_for(
+        "the workers told they wait for the ps role",
+        lambda: waiting(cp, ns, [f"w-{i}" for i in range(3)], "(by role: worker=3)"),
+    )
     assert bound(cp, ns) == {}, "the ps role's minimum is not met"
     create(cp, _member("ps-0", ns, sel, annotations={**ann, "volcano.sh/task-spec": "ps"}))
     wait_for("all four bound", lambda: len(bound(cp, ns)) == 4)

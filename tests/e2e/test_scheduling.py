@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gangsched.devcluster import ControlPlane
 
@@ -21,6 +21,19 @@ from .kube import (
 )
 
 Nodes = Callable[..., dict[str, str]]
+
+
+def refused(cp: ControlPlane, ns: str, names: Iterable[str], says: str = "") -> dict[str, str]:
+    """The PodScheduled=False message of each of these pods once every one has one (that
+    contains ``says``), else {}: the scheduler saw them and decided not to place them."""
+    state = pods(cp, ns)
+    found: dict[str, str] = {}
+    for name in names:
+        cond = condition(state.get(name) or {}, "PodScheduled")
+        if cond is None or cond.get("status") != "False" or says not in cond.get("message", ""):
+            return {}
+        found[name] = cond.get("message", "")
+    return found
 
 
 def test_gang_of_four_binds_whole_and_runs(
@@ -117,6 +130,12 @@ def test_two_gangs_compete_one_binds_whole_other_waits_whole(
         for g in ("a", "b"):
             create(cp, pod(f"{g}-{i}", ns, group=g, selector=sel))
     wait_for("one gang bound", lambda: len(bound(cp, ns)) >= 3)
+    placed = bound(cp, ns)
+    loser = "b" if "a-0" in placed else "a"
+    wait_for(
+        "the other gang refused as a whole",
+        lambda: refused(cp, ns, [f"{loser}-{i}" for i in range(3)]),
+    )
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:
         placed = bound(cp, ns)
@@ -133,12 +152,15 @@ def test_late_member_binds_all_together(
     create(cp, podgroup("late", ns, 3))
     for i in range(2):
         create(cp, pod(f"late-{i}", ns, group="late", selector=sel))
-    time.sleep(5)
-    assert bound(cp, ns) == {}, "two of three members must not bind"
+    wait_for(
+        "both members told they wait for the third",
+        lambda: refused(cp, ns, ["late-0", "late-1"], "2 of 3 members exist"),
+    )
     wait_for(
         "a waiting-for-members event",
         lambda: "FailedScheduling" in event_reasons(cp, ns, "late-0"),
     )
+    assert bound(cp, ns) == {}, "two of three members must not bind"
     create(cp, pod("late-2", ns, group="late", selector=sel))
     wait_for("all three bound", lambda: len(bound(cp, ns)) == 3)
 
@@ -147,7 +169,8 @@ def test_gang_group_waits_at_permit_and_releases_at_deadline(
     control_plane: ControlPlane, running_scheduler: SchedulerProcess, ns: str, nodes: Nodes
 ) -> None:
     """A gang whose gang-group sibling never reaches quorum holds its reservations only until
-    its deadline; then everything is released and its pods are marked as timed out."""
+    its deadline; then everything is released and its pods say they timed out (PodScheduled
+    False, with a GangTimeout event)."""
     cp = control_plane
     sel = nodes(4, gpus=2)  # 8 GPUs: the group's 2 + 6 fit the totals, not the nodes
     create(cp, podgroup("left", ns, 2, timeout=3, gangGroup=["left", "right"]))
@@ -166,7 +189,9 @@ def test_gang_group_waits_at_permit_and_releases_at_deadline(
     def timed_out() -> bool:
         ps = pods(cp, ns)
         return all(
-            (ps[n]["metadata"].get("annotations") or {}).get("gangsched.io/timeout") == "true"
+            (c := condition(ps[n], "PodScheduled")) is not None
+            and c["status"] == "False"
+            and c["message"].startswith("Timeout: timed out after 3s")
             for n in ("left-0", "left-1")
         )
 
@@ -180,11 +205,14 @@ def test_plain_pods_and_other_schedulers(
 ) -> None:
     cp = control_plane
     sel = nodes(1, gpus=2)
-    create(cp, pod("plain", ns, selector=sel))
     create(cp, pod("theirs", ns, selector=sel, scheduler="default-scheduler"))
+    create(cp, pod("plain", ns, selector=sel))
+    # the pod watch delivers in order: once "plain" is bound, "theirs" was seen before it
     wait_for("the plain pod bound", lambda: "plain" in bound(cp, ns))
-    time.sleep(2)
+    time.sleep(1)  # for a binding of "theirs" that would be in flight beside "plain"'s
     assert "theirs" not in bound(cp, ns), "pods of another scheduler are never bound"
+    assert condition(pods(cp, ns)["theirs"], "PodScheduled") is None
+    assert event_reasons(cp, ns, "theirs") == [], "nor written to"
 
 
 def test_pods_of_other_schedulers_hold_resources(
@@ -197,7 +225,10 @@ def test_pods_of_other_schedulers_hold_resources(
     other["spec"]["nodeName"] = node  # placed by someone else
     create(cp, other)
     create(cp, pod("mine", ns, selector=sel, gpus=1))
-    time.sleep(4)
+    wait_for(
+        "mine refused for want of GPUs",
+        lambda: refused(cp, ns, ["mine"], "nvidia.com/gpu"),
+    )
     assert "mine" not in bound(cp, ns), "the node's GPUs are held by another scheduler's pod"
     cp.kubectl("delete", "pod", "other", "-n", ns, "--grace-period=0", "--force")
     wait_for("mine bound once the GPUs are free", lambda: bound(cp, ns).get("mine") == node)

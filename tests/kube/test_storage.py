@@ -1,0 +1,104 @@
+"""The storage reflectors against the fake API server: PersistentVolumeClaims,
+PersistentVolumes, StorageClasses and CSINodes listed and watched into the core's volume
+catalog; what is deleted while a watch is down is dropped by the relist."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pytest
+
+from gangsched.core.clock import FakeClock
+from gangsched.core.config import CoreConfig
+from gangsched.core.scheduler import Scheduler
+from gangsched.core.volumes import VolumeCatalog
+from gangsched.kube.reflector import Reflector
+from gangsched.kube.storage import storage_reflectors
+from tests.support.fakekube import FakeKube
+
+CLAIMS = "/api/v1/namespaces/ml/persistentvolumeclaims"
+VOLUMES = "/api/v1/persistentvolumes"
+CLASSES = "/apis/storage.k8s.io/v1/storageclasses"
+CSINODES = "/apis/storage.k8s.io/v1/csinodes"
+
+
+async def until(what: str, cond: Callable[[], bool], timeout: float = 2.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0)
+
+
+@dataclass
+class Rig:
+    kube: FakeKube
+    core: Scheduler
+    reflectors: dict[str, Reflector]
+    pokes: list[int]
+
+    @property
+    def catalog(self) -> VolumeCatalog:
+        return self.core.cache.volumes
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    kube = FakeKube()
+    kube.seed(
+        CLAIMS,
+        {"metadata": {"name": "data"}, "spec": {"storageClassName": "fast", "volumeName": "pv"}},
+    )
+    kube.seed(VOLUMES, {"metadata": {"name": "pv"}, "spec": {"capacity": {"storage": "1Gi"}}})
+    kube.seed(CLASSES, {"metadata": {"name": "fast"}, "provisioner": "csi.example.com"})
+    kube.seed(CSINODES, {"metadata": {"name": "n1"}, "spec": {"drivers": [{"name": "d"}]}})
+    core = Scheduler(CoreConfig(), FakeClock())
+    pokes: list[int] = []
+    reflectors = storage_reflectors(kube, core, lambda: pokes.append(1))
+    tasks = [asyncio.create_task(r.run()) for r in reflectors]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(r.synced.wait() for r in reflectors)), 5)
+        yield Rig(kube, core, {r.name: r for r in reflectors}, pokes)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_the_first_lists_fill_the_catalog(rig: Rig) -> None:
+    cat = rig.catalog
+    assert set(cat.claims) == {"ml/data"} and cat.claims["ml/data"].volume_name == "pv"
+    assert cat.volumes["pv"].capacity == 2**30
+    assert cat.classes["fast"].provisioner == "csi.example.com"
+    assert cat.csi_nodes["n1"].drivers == frozenset({"d"})
+    assert len(rig.pokes) == 4, "each list wakes the scheduler once"
+
+
+async def test_watch_events_keep_the_catalog_current(rig: Rig) -> None:
+    rig.kube.seed(CLAIMS, {"metadata": {"name": "more"}, "spec": {"storageClassName": "fast"}})
+    rig.kube.remove(f"{VOLUMES}/pv")
+    rig.kube.seed(CLASSES, {"metadata": {"name": "fast"}, "provisioner": "other.example.com"})
+    await until("the new claim", lambda: "ml/more" in rig.catalog.claims)
+    await until("the volume gone", lambda: "pv" not in rig.catalog.volumes)
+    await until(
+        "the class changed", lambda: rig.catalog.classes["fast"].provisioner == "other.example.com"
+    )
+
+
+async def test_what_went_away_while_the_watch_was_down_is_dropped_by_the_relist(
+    rig: Rig,
+) -> None:
+    claims = rig.reflectors["persistentvolumeclaims"]
+    assert claims.relists == 0
+    back = rig.kube.hold("watch", "/persistentvolumeclaims$", times=1)
+    rig.kube.end_watches()
+    await until("the claims' watch to be down", lambda: rig.kube.watching == 3)
+    rig.kube.remove(f"{CLAIMS}/data")  # seen by no watch
+    rig.kube.compact()  # and the watch cannot resume from where it was
+    back.set()
+    await until("the relist", lambda: claims.relists == 1)
+    await until("the claim dropped", lambda: rig.catalog.claims == {})
+    assert "pv" in rig.catalog.volumes, "the other kinds relist too, and keep what is there"
