@@ -11,7 +11,7 @@ nodes that can hold it, tightest first), and cluster-wide free totals over ready
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from gangsched.core.model import HostPort, Node, Pod
 from gangsched.core.podindex import PodIndex, TermIndex
@@ -69,6 +69,10 @@ class ClusterCache:
         # Claims, volumes, storage classes and CSINodes, with the volume plans of reserved
         # pods (core/volumes.py).
         self.volumes = VolumeCatalog()
+        # Called with a pod's uid after ``assume`` or ``forget`` changed whether it is
+        # assumed (the scheduler keeps its gangs' counts with it). ``upsert_pod`` and
+        # ``remove_pod`` drop an assumption without it: their caller has the pod's event.
+        self.on_assumption: Callable[[str], None] | None = None
 
     # ---- nodes -------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
@@ -149,6 +153,8 @@ class ClusterCache:
             info = self.nodes.get(node)
             labels = info.node.labels if info is not None and info.node is not None else {}
             self.volumes.assume(pod, node, labels)
+        if self.on_assumption is not None:
+            self.on_assumption(uid)
 
     def forget(self, uid: str) -> None:
         """Drop a reservation. Idempotent; a pod the API has bound is left counted."""
@@ -160,6 +166,8 @@ class ClusterCache:
             self._count(uid, "", {})
         else:
             self._count(uid, self._target(pod), pod.requests)
+        if self.on_assumption is not None:
+            self.on_assumption(uid)
 
     def node_of(self, uid: str) -> str:
         """The node a pod is counted on (bound or assumed), or ''."""

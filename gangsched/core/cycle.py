@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.core.cache import ClusterCache
@@ -78,7 +78,12 @@ class GangCycle:
             if h.gated:
                 return Attempt(
                     reason="SchedulingGated",
-                    message=gated_message(spec.min_member, h),
+                    message=gated_message(
+                        spec.min_member,
+                        len(h.gated),
+                        (g for p in h.gated for g in p.gates),
+                        h.live,
+                    ),
                     wake=Wake.GANG,
                 )
             return Attempt(
@@ -182,12 +187,13 @@ def shortage(
     return None
 
 
-def gated_message(min_member: int, h: Holdings) -> str:
-    gates = sorted({g for p in h.gated for g in p.gates})
+def gated_message(min_member: int, gated: int, gates: Iterable[str], live: int) -> str:
+    """Why a gang waits for its gated members: ``gated`` members wait, behind ``gates``, and
+    ``live`` members are ready."""
     return (
-        f"{len(h.gated)} member(s) wait for scheduling gates "
-        f"(spec.schedulingGates: {', '.join(gates)}); "
-        f"{h.live} of {min_member} members are ready to schedule"
+        f"{gated} member(s) wait for scheduling gates "
+        f"(spec.schedulingGates: {', '.join(sorted(set(gates)))}); "
+        f"{live} of {min_member} members are ready to schedule"
     )
 
 

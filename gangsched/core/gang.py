@@ -3,15 +3,21 @@
 A gang holds a member when the member is bound (and not terminal), reserved by this scheduler,
 or has Succeeded: finished members still count toward the gang. A gang is satisfied when it
 holds at least minMember members and every role holds at least its own minimum.
+
+A gang's members and their counts are kept in a :class:`~gangsched.core.tally.MemberTally`,
+up to date on every member event (O(1)); :func:`holdings` walks the members for what a cycle
+needs besides counts (the pending pods themselves), with the same classification.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import KeysView
 from dataclasses import dataclass, field
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.model import GangSpec, Pod, PodPhase
+from gangsched.core.tally import MemberState, MemberTally, member_state
 
 __all__ = ["PLAIN_PREFIX", "Gang", "Holdings", "holdings", "is_pending", "shortfall"]
 
@@ -23,7 +29,7 @@ class Gang:
     key: str
     spec: GangSpec | None
     first_seen: float
-    members: set[str] = field(default_factory=set)
+    tally: MemberTally = field(default_factory=MemberTally)
     attempts: int = 0
     last_failure: float | None = None
     reason: str = ""
@@ -31,6 +37,11 @@ class Gang:
     satisfied_once: bool = False
     schedule_start: float | None = None
     has_bound: bool = False  # some member is or was bound (a hint for queue order)
+
+    @property
+    def members(self) -> KeysView[str]:
+        """The uids of this scheduler's pods in the gang (change them through ``tally``)."""
+        return self.tally.uids()
 
     @property
     def plain(self) -> bool:
@@ -86,29 +97,32 @@ class Holdings:
 
 
 def holdings(gang: Gang, cache: ClusterCache) -> Holdings:
+    """What the gang holds and which members wait, walking its members (a cycle needs the
+    pending pods; for counts alone, ``gang.tally`` has them without a walk)."""
     h = Holdings()
     for uid in gang.members:
         pod = cache.pods.get(uid)
         if pod is None:
             continue
         role = pod.role
-        if pod.phase is PodPhase.SUCCEEDED:
+        state = member_state(pod, uid in cache.assumed)
+        if state is MemberState.SUCCEEDED:
             h.succeeded += 1
-        elif pod.phase is PodPhase.FAILED:
+        elif state is MemberState.FAILED:
             h.failed += 1
             continue
-        elif pod.node_name:
+        elif state is MemberState.BOUND or state is MemberState.RUNNING:
             h.bound += 1
-            if pod.phase is PodPhase.RUNNING:
+            if state is MemberState.RUNNING:
                 h.running += 1
-        elif uid in cache.assumed:
+        elif state is MemberState.RESERVED:
             h.reserved += 1
-        elif pod.refused:
+        elif state is MemberState.INVALID:
             h.invalid.append(pod)
             continue
-        elif pod.deleting:
+        elif state is MemberState.DELETING:
             continue
-        elif pod.gates:
+        elif state is MemberState.GATED:
             h.gated.append(pod)
             continue
         else:

@@ -42,10 +42,17 @@ from gangsched.core.plugins.task_topology import bucket_order
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
 from gangsched.core.resources import ResourceList, add_into, format_amount
-from gangsched.core.status import GroupStatus, count_members, group_status
-from gangsched.core.volumes import Claim, CSINode, PersistentVolume, StorageClass
+from gangsched.core.status import GroupStatus, MemberCounts, group_status
+from gangsched.core.tally import GroupTally, MemberState
+from gangsched.core.volumes import (
+    Claim,
+    CSINode,
+    PersistentVolume,
+    StorageClass,
+    VolumeCatalog,
+)
 
-__all__ = ["GangView", "Scheduler"]
+__all__ = ["GangView", "Gauges", "Scheduler"]
 
 
 # Reasons for which no placement was tried: the gang has not started scheduling yet.
@@ -54,11 +61,12 @@ _NOT_ATTEMPTED = frozenset(
 )
 
 
-def _bound_quorum(spec: GangSpec, h: Holdings) -> bool:
-    """Bound (or finished) members alone satisfy the gang and each role's minimum. (Held
-    counts by role include reservations, which are bound or released within a cycle or two.)"""
-    return h.bound + h.succeeded >= spec.min_member and all(
-        h.held_by_role[r.name] >= r.min_member for r in spec.roles
+def _bound_quorum(spec: GangSpec, bound: int, held_by_role: Mapping[str, int]) -> bool:
+    """``bound`` members bound (or finished) alone satisfy the gang, and each role's minimum.
+    (Held counts by role include reservations, which are bound or released within a cycle or
+    two.)"""
+    return bound >= spec.min_member and all(
+        held_by_role.get(r.name, 0) >= r.min_member for r in spec.roles
     )
 
 
@@ -89,7 +97,22 @@ class GangView:
     last_failure: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """What the daemon exports as gauges, read in one call."""
+
+    queue: Mapping[str, int]  # gangs per queue set: active, backoff, unschedulable
+    waiting_at_permit: int  # gangs holding reservations at Permit
+    allocatable: Mapping[str, int]  # summed over Ready nodes
+    requested: Mapping[str, int]  # summed over Ready nodes (bound and assumed pods)
+
+
 class Scheduler:
+    """The facade. Adapters call the event methods, ``schedule_one``/``tick``, and read
+    through the read methods (``view``, ``group_status``, ``holdings``, ``pod``,
+    ``group_size``, ``gauges``, ``volumes``, ``next_wakeup``) and ``config`` and ``clock``
+    (what it was built with); everything else is internal."""
+
     def __init__(
         self,
         config: CoreConfig,
@@ -101,6 +124,7 @@ class Scheduler:
         self.config = config
         self.clock = clock
         self.cache = ClusterCache()
+        self.cache.on_assumption = self._assumption_changed
         self.queue = SchedulingQueue(clock, flush_after=config.unschedulable_flush_seconds)
         self.permit = PermitMap()
         self.finder = finder or build_finder(self.cache, config, self._spec_of)
@@ -109,8 +133,8 @@ class Scheduler:
         )
         self.gangs: dict[str, Gang] = {}
         self.specs: dict[str, GangSpec] = {}
-        # gang key -> uids of every pod that names it, whatever its scheduler (status counts)
-        self.group_pods: dict[str, set[str]] = {}
+        # gang key -> every pod that names it, whatever its scheduler, and their status counts
+        self.group_pods: dict[str, GroupTally] = {}
         self.cycles = 0
 
     # ---- events: nodes -----------------------------------------------------------------
@@ -182,12 +206,16 @@ class Scheduler:
             and pod.scheduler_name == self.config.scheduler_name
         ):
             pod.unsupported = self.finder.unhonoured(pod)
+        name = self.config.scheduler_name
         old = self.cache.pods.get(pod.uid)
         self.cache.upsert_pod(pod)
         if old is not None and old.group != pod.group:
             self._ungroup(old)
         if pod.group:
-            self.group_pods.setdefault(pod.group, set()).add(pod.uid)
+            tally = self.group_pods.get(pod.group)
+            if tally is None:
+                tally = self.group_pods[pod.group] = GroupTally()
+            tally.put(pod.uid, pod.phase.value, bool(pod.node_name), pod.scheduler_name == name)
         if (
             old is not None
             and not old.terminal
@@ -195,14 +223,15 @@ class Scheduler:
             and (old.node_name or pod.node_name)
         ):
             self.queue.wake(Wake.CLUSTER)
-        if pod.scheduler_name != self.config.scheduler_name:
+        if pod.scheduler_name != name:
+            if old is not None and old.scheduler_name == name:
+                self._leave(old)  # no longer this scheduler's: not a member of its gang
             return
         key = pod.group or PLAIN_PREFIX + pod.uid
         if old is not None and old.group != pod.group:
             self._leave(old)
         gang = self._gang(key, pod)
-        new_member = pod.uid not in gang.members
-        gang.members.add(pod.uid)
+        new_member = gang.tally.put(pod, pod.uid in self.cache.assumed)
         if pod.node_name and not pod.terminal:
             gang.has_bound = True
             if not gang.satisfied_once and (old is None or not old.node_name):
@@ -216,13 +245,15 @@ class Scheduler:
             # A new member, or a member whose last scheduling gate was lifted, may be what
             # the gang (or its gang group) waits for.
             if new_member or (old is not None and old.gates):
-                self.queue.wake(None, self._group_of(gang))
+                self.queue.wake(None, self._group_of(gang), at_once=self._may_complete(gang))
         elif pod.gates and not pod.node_name and not gang.satisfied_once:
             # PreEnqueue: a gated pod never enters the queue; the gang says what it waits for.
-            h = holdings(gang, self.cache)
-            if gang.spec is not None and h.live < gang.spec.min_member:
+            t = gang.tally
+            if gang.spec is not None and t.live < gang.spec.min_member:
                 gang.reason = "SchedulingGated"
-                gang.message = gated_message(gang.spec.min_member, h)
+                gang.message = gated_message(
+                    gang.spec.min_member, t.count(MemberState.GATED), t.gates, t.live
+                )
 
     def pod_delete(self, uid: str) -> None:
         pod = self.cache.pods.get(uid)
@@ -261,7 +292,7 @@ class Scheduler:
         gang.spec = spec
         if self._has_pending(gang):
             self.queue.activate(spec.key, self._sort_key(gang))
-        self.queue.wake(None, self._group_of(gang))
+        self.queue.wake(None, self._group_of(gang), at_once=self._may_complete(gang))
 
     def gang_delete(self, key: str) -> list[Decision]:
         self.specs.pop(key, None)
@@ -313,10 +344,12 @@ class Scheduler:
             message = "; ".join(f"{p.key}: {p.refused}" for p in h.invalid)
             out.append(GangUnschedulable(key, tuple(_ref(p) for p in h.invalid), reason, message))
             for p in h.invalid:
-                gang.members.discard(p.uid)
+                gang.tally.remove(p.uid)
             gang.reason = reason
             gang.message = message
-        if gang.spec is not None and _bound_quorum(gang.spec, h):
+        if gang.spec is not None and _bound_quorum(
+            gang.spec, h.bound + h.succeeded, h.held_by_role
+        ):
             gang.satisfied_once = True
         if not h.pending:
             return out
@@ -363,21 +396,22 @@ class Scheduler:
 
     # ---- views -------------------------------------------------------------------------
     def view(self, key: str) -> GangView | None:
+        """O(1): the counts are kept up to date member by member."""
         gang = self.gangs.get(key)
         if gang is None:
             return None
-        h = holdings(gang, self.cache)
+        t = gang.tally
         spec = gang.spec
         return GangView(
             key=key,
             min_member=spec.min_member if spec else 0,
-            members=len(gang.members),
-            pending=len(h.pending),
-            reserved=h.reserved,
-            bound=h.bound,
-            running=h.running,
-            succeeded=h.succeeded,
-            failed=h.failed,
+            members=len(t),
+            pending=t.count(MemberState.PENDING),
+            reserved=t.count(MemberState.RESERVED),
+            bound=t.bound,
+            running=t.count(MemberState.RUNNING),
+            succeeded=t.count(MemberState.SUCCEEDED),
+            failed=t.count(MemberState.FAILED),
             waiting_at_permit=key in self.permit,
             waiting=len(wg.reserved) if (wg := self.permit.get(key)) is not None else 0,
             queue_state=self.queue.state_of(key),
@@ -392,30 +426,53 @@ class Scheduler:
         """The gang's PodGroup status (:func:`gangsched.core.status.group_status`), counted
         over every pod that names the gang, whatever its scheduler, as the status controller
         counts them. None when there is no spec for the gang, or when it has pods and none of
-        them is this scheduler's (another scheduler speaks for it)."""
+        them is this scheduler's (another scheduler speaks for it). O(1): the counts are kept
+        up to date pod by pod."""
         gang = self.gangs.get(key)
         spec = self.specs.get(key) or (gang.spec if gang is not None else None)
         if spec is None:
             return None
-        pods = self.cache.pods
-        members = [pods[u] for u in self.group_pods.get(key, ()) if u in pods]
-        name = self.config.scheduler_name
-        if members and all(p.scheduler_name != name for p in members):
+        tally = self.group_pods.get(key)
+        if tally is not None and not tally.ours:
             return None
-        counts = count_members((p.phase.value, bool(p.node_name)) for p in members)
-        assumed = self.cache.assumed
+        counts = tally.counts() if tally is not None else MemberCounts()
         return group_status(
             spec.min_member,
             counts,
             reason=gang.reason if gang is not None else "",
             message=gang.message if gang is not None else "",
             attempted=gang is not None and (gang.schedule_start is not None or key in self.permit),
-            binding=gang is not None and any(u in assumed for u in gang.members),
+            binding=gang is not None and gang.tally.assumed > 0,
         )
 
     def holdings(self, key: str) -> Holdings | None:
+        """What the gang holds and which members wait (walks its members)."""
         gang = self.gangs.get(key)
         return holdings(gang, self.cache) if gang is not None else None
+
+    def pod(self, uid: str) -> Pod | None:
+        """The pod as last given to ``pod_upsert``; None once deleted (or never seen)."""
+        return self.cache.pods.get(uid)
+
+    def group_size(self, key: str) -> int:
+        """How many pods name group ``key``, whatever their scheduler."""
+        tally = self.group_pods.get(key)
+        return len(tally) if tally is not None else 0
+
+    def gauges(self) -> Gauges:
+        cache = self.cache
+        return Gauges(
+            queue=self.queue.counts(),
+            waiting_at_permit=len(self.permit),
+            allocatable=dict(cache.total_allocatable),
+            requested=dict(cache.total_requested),
+        )
+
+    @property
+    def volumes(self) -> VolumeCatalog:
+        """The claims, volumes, storage classes and CSINodes as watched, with what the
+        scheduler has assumed about them (the binder's PreBind reads it)."""
+        return self.cache.volumes
 
     # ---- internals ---------------------------------------------------------------------
     def _spec_of(self, key: str) -> GangSpec | None:
@@ -434,18 +491,27 @@ class Scheduler:
         return gang
 
     def _ungroup(self, pod: Pod) -> None:
-        uids = self.group_pods.get(pod.group)
-        if uids is not None:
-            uids.discard(pod.uid)
-            if not uids:
+        tally = self.group_pods.get(pod.group)
+        if tally is not None:
+            tally.remove(pod.uid)
+            if not tally:
                 del self.group_pods[pod.group]
+
+    def _assumption_changed(self, uid: str) -> None:
+        """The cache assumed a pod or forgot it: its gang counts it anew."""
+        pod = self.cache.pods.get(uid)
+        if pod is None:
+            return
+        gang = self.gangs.get(pod.group or PLAIN_PREFIX + uid)
+        if gang is not None:
+            gang.tally.refresh(pod, uid in self.cache.assumed)
 
     def _leave(self, pod: Pod) -> None:
         key = pod.group or PLAIN_PREFIX + pod.uid
         gang = self.gangs.get(key)
         if gang is None:
             return
-        gang.members.discard(pod.uid)
+        gang.tally.remove(pod.uid)
         self.permit.drop_pod(key, pod.uid)
         if not gang.members and (gang.plain or gang.spec is None):
             del self.gangs[key]
@@ -523,20 +589,28 @@ class Scheduler:
         spec = gang.spec
         if spec is None:
             return
-        h = holdings(gang, self.cache)
-        if _bound_quorum(spec, h):
+        t = gang.tally
+        bound = t.bound + t.count(MemberState.SUCCEEDED)
+        if _bound_quorum(spec, bound, t.held_by_role):
             gang.satisfied_once = True
-            gang.reason, gang.message = "Scheduled", f"{h.bound + h.succeeded} member(s) bound"
+            gang.reason, gang.message = "Scheduled", f"{bound} member(s) bound"
 
-    def _has_pending(self, gang: Gang) -> bool:
-        pods = self.cache.pods
-        return any(
-            (p := pods.get(uid)) is not None and is_pending(p, self.cache) for uid in gang.members
+    def _may_complete(self, gang: Gang) -> bool:
+        """Enough members exist (overall and per role) for the gang to reach quorum: it no
+        longer waits for members (O(roles))."""
+        spec = gang.spec
+        if spec is None:
+            return False
+        t = gang.tally
+        return t.live >= spec.min_member and all(
+            t.live_by_role[r.name] >= r.min_member for r in spec.roles
         )
 
+    def _has_pending(self, gang: Gang) -> bool:
+        return gang.tally.queued > 0
+
     def _sort_key(self, gang: Gang) -> SortKey:
-        pods = self.cache.pods
-        prio = max((pods[u].priority for u in gang.members if u in pods), default=0)
+        prio = gang.tally.max_priority()
         return (0 if gang.part_bound else 1, -prio, gang.timestamp(), gang.key)
 
     def _timeout(self, spec: GangSpec | None) -> float:
@@ -560,14 +634,19 @@ class Scheduler:
             gang.attempts += 1
             gang.last_failure = now
             until = now + self._backoff(gang)
+        elif reason == "WaitingForMembers":
+            # Members arriving one by one retry it at most this often (a gang of thousands is
+            # not tried, and its pending pods told why, at every pod); the member that may
+            # complete it wakes it at once (``_may_complete``).
+            until = now + self.config.backoff_initial_seconds
         self.queue.requeue(gang.key, self._sort_key(gang), until, wake)
 
     def _satisfied(self, key: str) -> bool:
         gang = self.gangs.get(key)
         if gang is None or gang.spec is None:
             return False
-        h = holdings(gang, self.cache)
-        need, roles = shortfall(gang.spec, h.held, h.held_by_role, gang.satisfied_once)
+        t = gang.tally
+        need, roles = shortfall(gang.spec, t.held, t.held_by_role, gang.satisfied_once)
         return need == 0 and not roles
 
     def _gate(self, gang: Gang) -> bool:

@@ -2,7 +2,9 @@
 
 resourceVersion bookkeeping with bookmarks; a watch that expires (410 Gone, or an ERROR event
 carrying 410) is followed by a fresh list, and the list is delivered as a whole so the consumer
-can drop what disappeared meanwhile (no lost and no double-counted objects).
+can drop what disappeared meanwhile (no lost and no double-counted objects). A handler may
+return an awaitable (a list of 50,000 pods handled in slices that yield to the event loop); it
+is awaited before the next event is handed over, so events stay in order.
 
 A failed list or watch is retried with jittered exponential backoff, capped by what the error
 says. While the API server cannot be reached or says it cannot serve (connection refused or
@@ -82,7 +84,7 @@ class Reflector:
             log.exception(
                 "event handler failed",
                 resource=self.name,
-                event=kind,
+                kind=kind,  # not "event": structlog takes that for the message
                 object=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
             )
 

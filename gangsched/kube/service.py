@@ -4,6 +4,13 @@ Everything that touches the core runs on one asyncio loop, between awaits, so th
 core never sees two things at once. Scheduling starts only after the first full list of nodes,
 pods and PodGroups, so nothing bound before the start is missed (no over-commit after a
 restart), and yields to the loop every few cycles so watches and bindings keep flowing.
+
+Nothing here holds the loop for long: a pod event costs O(1) whatever the size of its gang (the
+core keeps per-gang counts up to date), and a list of every pod, node or PodGroup (the start, a
+relist) and a status report of every gang are handled in slices that yield to the loop (see
+slicing.py), so the lease renewal, the health server and bindings keep running through them.
+The core is read only through its read methods (``view``, ``group_status``, ``pod``,
+``group_size``, ``gauges``), never through its internals.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +35,14 @@ from gangsched.core.model import GangSpec
 from gangsched.core.resources import GPU
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
-from gangsched.kube.binder import Binder
+from gangsched.kube.binder import Binder, BindResult
 from gangsched.kube.client import JSON, FenceCheck, FencedError, KubeClient
+from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.reporter import Reporter
+from gangsched.kube.slicing import SLICE_SECONDS, in_slices
 from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.translate import (
     namespace_from,
@@ -73,10 +82,6 @@ class ServiceStats:
     decisions_by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def _timeout_text(seconds: float | None) -> str:
-    return "default" if seconds is None else f"{seconds:g}s"
-
-
 def _key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -94,6 +99,7 @@ class SchedulerService:
         yield_every: int = 16,
         status_resync_seconds: float = 60.0,
         fence: FenceCheck | None = None,
+        slice_seconds: float = SLICE_SECONDS,
     ) -> None:
         self.core = core
         # With leader election: whether this replica is still sure it leads (see leader.py).
@@ -102,14 +108,13 @@ class SchedulerService:
         self.binder = binder
         self.reporter = reporter
         self._yield_every = yield_every
+        # the longest a list (a relist, a status report of every gang) holds the loop
+        self._slice = slice_seconds
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._binds: set[asyncio.Task[Any]] = set()  # those of _tasks that bind a gang
-        self._crd_specs: dict[str, dict[str, GangSpec]] = {s: {} for s, _, _ in CRD_SOURCES}
-        self._implicit: dict[str, GangSpec] = {}
-        self._declarers: dict[str, str] = {}  # gang -> uid of the pod whose declaration stands
-        self._gang_source: dict[str, str] = {}
-        self._applied: dict[str, GangSpec] = {}
+        # every declaration of every gang's spec, and the one that stands (gangspecs.py)
+        self._specs = GangSpecs([s for s, _, _ in CRD_SOURCES])
         self._known: dict[str, set[str]] = {"nodes": set(), "pods": set(), "namespaces": set()}
         self.stats = ServiceStats()
         self.metrics = metrics or Metrics()
@@ -141,7 +146,7 @@ class SchedulerService:
         watchers = [asyncio.create_task(r.run(), name=r.name) for r in self.reflectors]
         loop_task: asyncio.Task[None] | None = None
         try:
-            await asyncio.gather(*(r.synced.wait() for r in self.reflectors))
+            await self._until_synced()
             log.info(
                 "caches synced",
                 nodes=len(self._known["nodes"]),
@@ -150,7 +155,7 @@ class SchedulerService:
             )
             self.ready.set()
             # status only now: before every list is in, counts would miss pods not yet listed
-            self._report_all(force=True)
+            await self._report_all(force=True)
             loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
             if self._status_resync > 0:
                 resync = asyncio.create_task(self._resync_status_forever(), name="status-resync")
@@ -185,6 +190,7 @@ class SchedulerService:
         core = self.core
         while True:
             n = 0
+            turn = time.perf_counter()
             while True:
                 if not self._sure():
                     await self._deposed()
@@ -192,12 +198,16 @@ class SchedulerService:
                 decisions = core.schedule_one()
                 if decisions is None:
                     break
-                self._observe(decisions, time.perf_counter() - t0)
+                t1 = time.perf_counter()
+                self._observe(decisions, t1 - t0)
                 self.stats.cycles += 1
                 self._handle(decisions)
                 n += 1
-                if n % self._yield_every == 0:
+                # others get a turn every few cycles, and whenever a slice's time is spent
+                if n % self._yield_every == 0 or t1 - turn >= self._slice:
                     await asyncio.sleep(0)
+                    turn = time.perf_counter()
+                    self.last_turn = time.monotonic()  # busy, not stalled
             self._gauges()
             self.last_turn = time.monotonic()
             wake_at = core.next_wakeup()
@@ -205,6 +215,18 @@ class SchedulerService:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), min(timeout, MAX_IDLE) + 0.001)
+
+    async def _until_synced(self) -> None:
+        """Wait for every reflector's first list. Meanwhile ``last_turn`` keeps saying that
+        the loop turns: a long first list (a big cluster, a slow API server) is not a stall."""
+        synced = asyncio.ensure_future(asyncio.gather(*(r.synced.wait() for r in self.reflectors)))
+        try:
+            while not synced.done():
+                await asyncio.wait([synced], timeout=1.0)
+                self.last_turn = time.monotonic()
+        finally:
+            synced.cancel()
+        synced.result()
 
     def _sure(self) -> bool:
         return self._fence is None or self._fence()
@@ -223,9 +245,9 @@ class SchedulerService:
         for d in decisions:
             if isinstance(d, BindGang):
                 result = "scheduled"
-                gang = self.core.gangs.get(d.gang)
-                if gang is not None and gang.schedule_start is not None:
-                    m.e2e_duration.observe(max(0.0, self.core.clock.now() - gang.schedule_start))
+                view = self.core.view(d.gang)
+                if view is not None and view.schedule_start is not None:
+                    m.e2e_duration.observe(max(0.0, self.core.clock.now() - view.schedule_start))
             elif isinstance(d, GangWaiting):
                 result = result or "waiting"
             elif isinstance(d, GangUnschedulable):
@@ -237,12 +259,12 @@ class SchedulerService:
             m.attempt_duration.labels(result).observe(seconds)
 
     def _gauges(self) -> None:
-        m, core = self.metrics, self.core
-        for queue, n in core.queue.counts().items():
+        m, g = self.metrics, self.core.gauges()
+        for queue, n in g.queue.items():
             m.pending_gangs.labels(queue).set(n)
-        m.permit_waiting.set(len(core.permit))
-        m.gpus.labels("total").set(core.cache.total_allocatable.get(GPU, 0))
-        m.gpus.labels("allocated").set(core.cache.total_requested.get(GPU, 0))
+        m.permit_waiting.set(g.waiting_at_permit)
+        m.gpus.labels("total").set(g.allocatable.get(GPU, 0))
+        m.gpus.labels("allocated").set(g.requested.get(GPU, 0))
         dropped = self.reporter.dropped
         if dropped > self._dropped_seen:
             m.writes_dropped.inc(dropped - self._dropped_seen)
@@ -257,23 +279,35 @@ class SchedulerService:
         self._wake.set()
 
     # ---- watch handlers ----------------------------------------------------------------
-    def _on_node(self, kind: str, obj: JSON) -> None:
+    # Each handler takes one watch event; a full list ("SYNC": the start, a relist) returns an
+    # awaitable that the reflector awaits, so that it is handled in slices (see slicing.py).
+    def _on_node(self, kind: str, obj: JSON) -> Awaitable[None] | None:
         known = self._known["nodes"]
         if kind == "SYNC":
-            items = obj.get("items") or []
-            names = {str((i.get("metadata") or {}).get("name", "")) for i in items}
-            for gone in known - names:
-                self._handle(self.core.node_delete(gone))
-            known.clear()
-            for item in items:
-                self._upsert_node(item)
-        elif kind == "DELETED":
+            return self._sync_nodes(obj.get("items") or [])
+        if kind == "DELETED":
             name = str((obj.get("metadata") or {}).get("name", ""))
             known.discard(name)
             self._handle(self.core.node_delete(name))
         else:
             self._upsert_node(obj)
         self.poke()
+        return None
+
+    async def _sync_nodes(self, items: list[JSON]) -> None:
+        known = self._known["nodes"]
+        names = {str((i.get("metadata") or {}).get("name", "")) for i in items}
+        gone = known - names
+        await self._sliced(gone, lambda name: self._handle(self.core.node_delete(name)))
+        known.clear()
+        await self._sliced(items, self._upsert_node)
+        self.poke()
+
+    async def _sliced(self, items: Iterable[Any], fn: Callable[[Any], object]) -> None:
+        await in_slices(items, fn, self._slice, on_yield=self._turned)
+
+    def _turned(self) -> None:
+        self.last_turn = time.monotonic()
 
     def _upsert_node(self, obj: JSON) -> None:
         node = node_from(obj)
@@ -301,31 +335,35 @@ class SchedulerService:
             self.core.namespace_upsert(name, labels)
         self.poke()
 
-    def _on_pod(self, kind: str, obj: JSON) -> None:
-        known = self._known["pods"]
+    def _on_pod(self, kind: str, obj: JSON) -> Awaitable[None] | None:
         if kind == "SYNC":
-            items = obj.get("items") or []
-            uids = {str((i.get("metadata") or {}).get("uid", "")) for i in items}
-            for gone in known - uids:
-                self._delete_pod(gone)
-            known.clear()
-            for item in items:
-                self._upsert_pod(item)
-            self._report_all(force=True)  # a relist may follow missed events
-        elif kind == "DELETED":
+            return self._sync_pods(obj.get("items") or [])
+        if kind == "DELETED":
             self._delete_pod(str((obj.get("metadata") or {}).get("uid", "")))
         else:
             self._upsert_pod(obj)
         self.poke()
+        return None
+
+    async def _sync_pods(self, items: list[JSON]) -> None:
+        known = self._known["pods"]
+        uids = {str((i.get("metadata") or {}).get("uid", "")) for i in items}
+        await self._sliced(known - uids, self._delete_pod)
+        known.clear()
+        await self._sliced(items, self._upsert_pod)
+        await self._report_all(force=True)  # a relist may follow missed events
+        self.poke()
 
     def _upsert_pod(self, obj: JSON) -> None:
         pod, membership = pod_from(obj)
-        self._known["pods"].add(pod.uid)
-        old = self.core.cache.pods.get(pod.uid)
+        known = self._known["pods"]
+        known.add(pod.uid)
+        old = self.core.pod(pod.uid)
         if pod.scheduler_name == self.core.config.scheduler_name and membership.key:
-            self._gang_source.setdefault(membership.key, membership.source)
             if membership.implicit is not None:
-                disagreement = self._declare(membership.key, pod.uid, membership.implicit)
+                disagreement = self._specs.declare(
+                    membership.key, pod.uid, membership.implicit, known
+                )
                 if disagreement:
                     pod.invalid_reason = disagreement
             self._apply_spec(membership.key)
@@ -336,109 +374,82 @@ class SchedulerService:
             self._report_group(old.group)
             self._forget_if_gone(old.group)
 
-    def _declare(self, key: str, uid: str, spec: GangSpec) -> str:
-        """Record a pod's own declaration of its gang. The first declaration stands; a pod
-        that declares the same gang differently is refused (it gets an event and waits)."""
-        first = self._implicit.get(key)
-        declarer = self._declarers.get(key)
-        if first is None or declarer == uid or declarer not in self._known["pods"]:
-            self._implicit[key] = spec
-            self._declarers[key] = uid
-            return ""
-        ours = (spec.min_member, spec.mode, spec.timeout_seconds, spec.gang_group)
-        theirs = (first.min_member, first.mode, first.timeout_seconds, first.gang_group)
-        if ours == theirs:
-            return ""
-        return (
-            f"declares gang {key} differently from its other members "
-            f"(minMember {spec.min_member} vs {first.min_member}, mode {spec.mode} vs "
-            f"{first.mode}, timeout {_timeout_text(spec.timeout_seconds)} vs "
-            f"{_timeout_text(first.timeout_seconds)})"
-        )
-
     def _delete_pod(self, uid: str) -> None:
         self._known["pods"].discard(uid)
         self.reporter.forget_pod(uid)
-        pod = self.core.cache.pods.get(uid)
+        pod = self.core.pod(uid)
         self.core.pod_delete(uid)
         if pod is not None and pod.group:
             self._report_group(pod.group)
             self._forget_if_gone(pod.group)
 
     def _forget_if_gone(self, key: str) -> None:
-        """The gang's last pod went away: drop what was kept for it (its pods' declaration,
-        their convention); the gang itself stays only while its PodGroup exists."""
-        if key in self.core.group_pods:
+        """The gang's last pod went away: drop what was kept for it (its pods' declaration);
+        the gang itself stays only while a PodGroup defines it."""
+        if self.core.group_size(key):
             return
-        self._gang_source.pop(key, None)
-        self._declarers.pop(key, None)
-        if self._implicit.pop(key, None) is not None:
+        if self._specs.forget_declaration(key):
             self._apply_spec(key)
-        if self._resolve_spec(key) is None:
+        if self._specs.resolve(key) is None:
             self.reporter.forget_group(key)
 
     def _unbound_version(self, uid: str) -> str | None:
         """The resourceVersion of a pod the watch sees unbound ('' when it carried none), or
         None when the pod is bound or gone."""
-        pod = self.core.cache.pods.get(uid)
+        pod = self.core.pod(uid)
         if pod is None or pod.node_name:
             return None
         return pod.resource_version
 
-    def _crd_handler(self, source: str, parse: Any) -> Any:
-        def handle(kind: str, obj: JSON) -> None:
-            specs = self._crd_specs[source]
+    def _crd_handler(
+        self, source: str, parse: Callable[[JSON], GangSpec]
+    ) -> Callable[[str, JSON], Awaitable[None] | None]:
+        def handle(kind: str, obj: JSON) -> Awaitable[None] | None:
             if kind == "SYNC":
-                items = obj.get("items") or []
-                keys = {_key(i) for i in items}
-                stale = set(specs) - keys
-                specs.clear()
-                for item in items:
-                    specs[_key(item)] = parse(item)
-                for k in stale | keys:
-                    self._apply_spec(k)
-                if source == Source.GANGSCHED:
-                    for k in stale:
-                        self._podgroups.pop(k, None)
-                        self.reporter.forget_group(k)
-                    for item in items:
-                        self._seen_podgroup(item)
-                    self._report_all(force=True)  # a relist may follow missed events
-            elif kind == "DELETED":
-                specs.pop(_key(obj), None)
+                return self._sync_podgroups(source, parse, obj.get("items") or [])
+            if kind == "DELETED":
+                self._specs.delete_podgroup(source, _key(obj))
                 self._apply_spec(_key(obj))
                 if source == Source.GANGSCHED:
                     self._podgroups.pop(_key(obj), None)
                     self.reporter.forget_group(_key(obj))
             else:
                 spec = parse(obj)
-                specs[spec.key] = spec
+                self._specs.put_podgroup(source, spec.key, spec)
                 self._apply_spec(spec.key)
                 if source == Source.GANGSCHED:
                     self._seen_podgroup(obj)
                     # a new minMember changes what the status says even if nothing is pending
                     self._report_group(spec.key)
             self.poke()
+            return None
 
         return handle
 
-    def _resolve_spec(self, key: str) -> GangSpec | None:
-        for source, _, _ in CRD_SOURCES:
-            spec = self._crd_specs[source].get(key)
-            if spec is not None:
-                return spec
-        return self._implicit.get(key)
+    async def _sync_podgroups(
+        self, source: str, parse: Callable[[JSON], GangSpec], items: list[JSON]
+    ) -> None:
+        parsed: dict[str, GangSpec] = {}
+        await self._sliced(items, lambda item: parsed.__setitem__(_key(item), parse(item)))
+        stale = self._specs.replace_podgroups(source, parsed)
+        await self._sliced([*stale, *parsed], self._apply_spec)
+        if source == Source.GANGSCHED:
+            for k in stale:
+                self._podgroups.pop(k, None)
+                self.reporter.forget_group(k)
+            await self._sliced(items, self._seen_podgroup)
+            await self._report_all(force=True)  # a relist may follow missed events
+        self.poke()
 
     def _apply_spec(self, key: str) -> None:
-        spec = self._resolve_spec(key)
-        if spec == self._applied.get(key):
+        """Tell the core what now stands for the gang's spec, if that changed."""
+        change = self._specs.settle(key)
+        if change is None:
             return
-        if spec is None:
-            self._applied.pop(key, None)
+        if change.spec is None:
             self._handle(self.core.gang_delete(key))
-            return
-        self._applied[key] = spec
-        self.core.gang_upsert(spec)
+        else:
+            self.core.gang_upsert(change.spec)
 
     # ---- decisions ---------------------------------------------------------------------
     def _handle(self, decisions: Iterable[Decision]) -> None:
@@ -465,7 +476,7 @@ class SchedulerService:
                     why = "GangTimeout" if timeout else "GangReleased"
                     self.reporter.event(pod, "Warning", why, "Scheduling", d.message)
                     if timeout:
-                        self.reporter.mark_timeout(pod)
+                        self.reporter.timed_out(pod, d.message)
             self._report_group(d.gang)
 
     async def _bind(self, d: BindGang) -> None:
@@ -473,19 +484,21 @@ class SchedulerService:
             results = await self.binder.bind_gang(d)
         except FencedError:
             return  # nothing to report: the process is on its way out
-        for r in results:
-            self.metrics.bindings.labels("success" if r.ok else "error").inc()
-            if r.ok:
-                self.reporter.scheduled(r.binding.pod, r.binding.node)
-            else:
-                self.reporter.event(r.binding.pod, "Warning", "FailedBinding", "Binding", r.message)
+        await self._sliced(results, self._bound)  # a gang of thousands: in slices
         self._report_group(d.gang)
         self.poke()
+
+    def _bound(self, r: BindResult) -> None:
+        self.metrics.bindings.labels("success" if r.ok else "error").inc()
+        if r.ok:
+            self.reporter.scheduled(r.binding.pod, r.binding.node)
+        else:
+            self.reporter.event(r.binding.pod, "Warning", "FailedBinding", "Binding", r.message)
 
     def _report_group(self, key: str, force: bool = False) -> None:
         """Write a gangsched PodGroup's status: phase, counts and condition from the core's
         one rule (``Scheduler.group_status``), with the scheduler's own fields."""
-        if not self.ready.is_set() or key not in self._crd_specs[Source.GANGSCHED]:
+        if not self.ready.is_set() or key not in self._specs.podgroups(Source.GANGSCHED):
             return
         status = self.core.group_status(key)
         view = self.core.view(key)
@@ -497,7 +510,8 @@ class SchedulerService:
             waiting=view.waiting,
             start=view.schedule_start,
             last_failure=view.last_failure,
-            current=self._podgroups.get(key) if force else None,
+            seen=self._podgroups.get(key),
+            force=force,
         )
 
     def _seen_podgroup(self, obj: JSON) -> None:
@@ -513,9 +527,10 @@ class SchedulerService:
             "status": obj.get("status") or {},
         }
 
-    def _report_all(self, force: bool) -> None:
-        for key in list(self._crd_specs[Source.GANGSCHED]):
-            self._report_group(key, force)
+    async def _report_all(self, force: bool) -> None:
+        """Report every gangsched PodGroup's status, in slices."""
+        keys = list(self._specs.podgroups(Source.GANGSCHED))
+        await self._sliced(keys, lambda key: self._report_group(key, force))
 
     async def _resync_status_forever(self) -> None:
         """Recompute every gangsched PodGroup's status every ``status_resync_seconds`` and
@@ -523,4 +538,4 @@ class SchedulerService:
         is repaired."""
         while True:
             await asyncio.sleep(self._status_resync)
-            self._report_all(force=True)
+            await self._report_all(force=True)
