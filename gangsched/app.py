@@ -24,7 +24,14 @@ from gangsched.kube.statuscontroller import StatusController
 from gangsched.settings import Settings
 from gangsched.wallclock import WallClock
 
-__all__ = ["App", "build_app", "run_scheduler", "run_status_controller"]
+__all__ = [
+    "App",
+    "ControllerStoppedError",
+    "LostLeadershipError",
+    "build_app",
+    "run_scheduler",
+    "run_status_controller",
+]
 
 log = structlog.get_logger("gangsched.app")
 
@@ -34,6 +41,12 @@ FLUSH_SECONDS = 10.0  # on shutdown, how long queued writes may take to be sent
 
 class LostLeadershipError(RuntimeError):
     pass
+
+
+class ControllerStoppedError(RuntimeError):
+    """The PodGroup controller's thread ended while the scheduler ran: the process's health
+    is the controller's too, so the process exits with an error (and a restart brings both
+    back) rather than carry on with PodGroups no longer checked."""
 
 
 class App:
@@ -58,6 +71,11 @@ class App:
         self._status_stop = threading.Event()
         self._status_thread: threading.Thread | None = None
 
+    def controller_alive(self) -> bool:
+        """False once the PodGroup controller's thread has ended while the app runs."""
+        thread = self._status_thread
+        return thread is None or thread.is_alive() or self.stop.is_set()
+
     def ready(self) -> bool:
         """Caches synced and leading (a follower is ready too: it is a warm standby)."""
         if self.elector is not None and not self.elector.is_leader:
@@ -65,6 +83,8 @@ class App:
         return self.service.ready.is_set()
 
     def live(self) -> bool:
+        if not self.controller_alive():
+            return False
         if self.elector is not None and not self.elector.is_leader:
             return True
         return time.monotonic() - self.service.last_turn < 60.0
@@ -90,7 +110,7 @@ class App:
             self.outbox.start()
             tasks.append(asyncio.create_task(self.service.run(), name="scheduler"))
             if self.status is not None:
-                self._status_thread = self.status.start_thread(self._status_stop)
+                tasks.append(asyncio.create_task(self._run_controller(), name="controller"))
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is stopper:
@@ -100,6 +120,7 @@ class App:
                     raise LostLeadershipError("lost the leader lease; exiting")
                 exc = t.exception()
                 if exc is not None:
+                    log.error("stopping", reason=str(exc))
                     raise exc
         finally:
             self.stop.set()
@@ -118,7 +139,7 @@ class App:
             else:
                 self.service.reporter.flush()
             flush = asyncio.create_task(self.outbox.drain(0.0 if deposed else FLUSH_SECONDS))
-            if self._status_thread is not None:
+            if self._status_thread is not None and self._status_thread.is_alive():
                 await asyncio.to_thread(self._status_thread.join, 15.0)
             self.service.metrics.leader.set(0)
             if self.elector is not None:
@@ -130,6 +151,27 @@ class App:
             if self.health is not None:
                 await self.health.stop()
             await self.client.close()
+
+    async def _run_controller(self) -> None:
+        """Start the PodGroup controller on its thread and return only if that thread ends,
+        with :class:`ControllerStoppedError` (the app stops it otherwise, by cancelling this
+        task and setting its stop flag)."""
+        assert self.status is not None
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[BaseException | None] = loop.create_future()
+
+        def on_exit(error: BaseException | None) -> None:
+            def settle() -> None:
+                if not ended.done():
+                    ended.set_result(error)
+
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle)
+
+        self._status_thread = self.status.start_thread(self._status_stop, on_exit)
+        error = await ended
+        why = f": {type(error).__name__}: {error}" if error is not None else " unexpectedly"
+        raise ControllerStoppedError(f"the PodGroup controller stopped{why}") from error
 
 
 async def build_app(settings: Settings) -> App:
@@ -162,7 +204,7 @@ async def build_app(settings: Settings) -> App:
         client,
         core.bind_failed,
         retries=settings.bind_retries,
-        volumes=core.cache.volumes,
+        volumes=core.volumes,
         fence=fence,
     )
     metrics = Metrics()
@@ -181,7 +223,6 @@ async def build_app(settings: Settings) -> App:
             lambda: KubeClient(
                 cfg, settings.api_qps, settings.api_burst, 8, agent=user_agent(identity, "status")
             ),
-            resync_seconds=settings.status_resync_seconds,
         )
         if settings.status_controller
         else None
@@ -199,9 +240,10 @@ async def run_scheduler(settings: Settings) -> None:
 
 
 async def run_status_controller(settings: Settings) -> None:
+    """``gangsched status-controller``: the PodGroup controller alone (the ``Accepted``
+    condition); PodGroup phase and counts come from the scheduler."""
     cfg = await load_configuration(settings.kubeconfig, settings.context)
     await StatusController(
         cfg,
         lambda: KubeClient(cfg, settings.api_qps, settings.api_burst, settings.max_in_flight),
-        resync_seconds=settings.status_resync_seconds,
     ).run()

@@ -58,7 +58,19 @@ def _run_async(main: Any, prog: str) -> int:
     except (OSError, kube_config_errors()) as e:
         print(f"{prog}: cannot connect: {e}", file=sys.stderr)
         return 2
+    except fatal_stops() as e:
+        # An orderly stop for a reason the process cannot recover from (the leader lease was
+        # lost, the PodGroup controller stopped): the app has logged it and flushed its writes;
+        # exit non-zero so the kubelet restarts the container.
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 1
     return 0
+
+
+def fatal_stops() -> tuple[type[Exception], ...]:
+    from gangsched.app import ControllerStoppedError, LostLeadershipError
+
+    return (LostLeadershipError, ControllerStoppedError)
 
 
 def kube_config_errors() -> type[Exception]:
@@ -129,11 +141,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     r.add_argument(
         "--no-status-controller",
         action="store_true",
-        help="do not run the PodGroup status controller in this process",
+        help="do not run the PodGroup controller (the Accepted condition) in this process",
     )
     r.set_defaults(func=_run)
 
-    s = sub.add_parser("status-controller", help="run only the PodGroup status controller")
+    s = sub.add_parser(
+        "status-controller",
+        help="run only the PodGroup controller: it checks each PodGroup's spec and writes "
+        "its Accepted condition (phase and counts are the scheduler's)",
+    )
     _common(s)
     s.set_defaults(func=_status)
 

@@ -105,7 +105,7 @@ class Settings(BaseModel):
     retry_period_seconds: float = Field(2.0, gt=0, le=3600)
     identity: str | None = None  # default: hostname and process id
     # Process
-    http_bind_address: str = Field("0.0.0.0:10251", pattern=r"^(|[^:]*:[0-9]{1,5})$")
+    http_bind_address: str = Field("0.0.0.0:10261", pattern=r"^(|[^:]*:[0-9]{1,5})$")
     status_controller: bool = True
     status_resync_seconds: float = Field(60.0, ge=0, le=86400)
     log_format: Literal["json", "console"] = "json"

@@ -313,6 +313,19 @@ class KubeClient:
             "PATCH", path, body=body, content_type="application/strategic-merge-patch+json"
         )
 
+    async def apply(self, path: str, body: object, *, field_manager: str) -> JSON:
+        """Server-side apply ``body`` (a JSON object, which is YAML) as ``field_manager``,
+        taking over fields another manager holds (``force=true``): one request, no read
+        first. The manager owns exactly the fields it sends; a field it sent before and
+        leaves out is removed."""
+        return await self.request(
+            "PATCH",
+            path,
+            params={"fieldManager": field_manager, "force": "true"},
+            body=body,
+            content_type="application/apply-patch+yaml",
+        )
+
     async def watch(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[JSON]:
         """Stream watch events (one JSON object per line) until the server ends the watch."""
         await self._bucket.take(_background.get())

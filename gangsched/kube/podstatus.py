@@ -1,10 +1,20 @@
-"""Status writes that must not land on a newer object than the one they were decided on.
+"""Status writes, and the rules that keep them from contradicting the objects they land on.
 
-PodGroup status: phase, member counts and the ``Scheduled`` condition come from one
-:class:`~gangsched.core.status.GroupStatus` and go out in one merge patch, so the object never
-mixes two computations. Both writers (the scheduler's reporter and the status controller) send
-the object's ``metadata.resourceVersion`` with the patch: the API server refuses it (409) if
-the object changed since it was read, and the writer reads it again.
+PodGroup status has two writers, and each field has exactly one: both write by server-side
+apply (one PATCH of ``podgroups/<name>/status``, no read first) under a field manager of their
+own, with ``force=true``:
+
+- the scheduler (``gangsched-scheduler``, :class:`~gangsched.kube.reporter.Reporter`): the
+  phase, the member counts, ``waiting``, ``scheduleStartTime``, ``lastFailureTime``,
+  ``message``, ``observedGeneration`` and the ``Scheduled`` condition, all from one
+  :class:`~gangsched.core.status.GroupStatus`, so the object never mixes two computations;
+- the PodGroup controller (``gangsched-controller``, statuscontroller.py): the ``Accepted``
+  condition.
+
+The CRD declares ``status.conditions`` a map list keyed by ``type``, so each writer's condition
+is an entry of its own that the other's writes leave alone. A writer sends every field it owns
+each time: a field it sent before and leaves out is removed. A condition's
+``lastTransitionTime`` changes only when its ``status`` does (:func:`transition_time`).
 
 Pod ``PodScheduled=False``: sent only while the pod is unbound, with the resourceVersion of
 the unbound pod as a precondition. A binding changes the pod (``spec.nodeName``, and
@@ -19,9 +29,26 @@ from typing import Any
 
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import GroupStatus
-from gangsched.kube.client import JSON, ApiError, KubeClient
+from gangsched.kube import labels as lbl
+from gangsched.kube.api import KubeApi
+from gangsched.kube.client import JSON, ApiError
 
-__all__ = ["UnboundVersion", "group_status_patch", "write_group_status", "write_pod_condition"]
+__all__ = [
+    "CONTROLLER_MANAGER",
+    "SCHEDULER_MANAGER",
+    "UnboundVersion",
+    "apply_body",
+    "find_condition",
+    "podgroup_status_path",
+    "says",
+    "scheduler_status",
+    "transition_time",
+    "write_pod_condition",
+]
+
+# The field managers of the two PodGroup status writers (see the module docstring).
+SCHEDULER_MANAGER = "gangsched-scheduler"
+CONTROLLER_MANAGER = "gangsched-controller"
 
 # The resourceVersion of a pod as last seen unbound ('' when not known), or None when it is
 # bound or gone.
@@ -30,87 +57,100 @@ UnboundVersion = Callable[[str], str | None]
 CONFLICT_RETRIES = 3
 
 
-def _scheduled_condition(obj: Mapping[str, Any]) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Scheduled":
+def podgroup_status_path(key: str) -> str:
+    """The status subresource of the gangsched PodGroup ``namespace/name``."""
+    ns, _, name = key.partition("/")
+    return f"/apis/{lbl.GROUP}/{lbl.VERSION}/namespaces/{ns}/{lbl.PODGROUP_PLURAL}/{name}/status"
+
+
+def find_condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The condition of type ``kind`` in a status, or None."""
+    for c in status.get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == kind:
             return c
     return None
 
 
-def group_status_patch(
-    obj: Mapping[str, Any],
+def transition_time(previous: Mapping[str, Any] | None, status: str, now: str) -> str:
+    """The ``lastTransitionTime`` of a condition that says ``status`` now: the previous one's
+    when that said the same status (and has a time), else ``now``."""
+    if previous is not None and previous.get("status") == status:
+        kept = previous.get("lastTransitionTime")
+        if isinstance(kept, str) and kept:
+            return kept
+    return now
+
+
+def scheduler_status(
     st: GroupStatus,
-    extra: Mapping[str, object] | None = None,
     *,
-    now: str,
-) -> JSON | None:
-    """The merge patch that makes PodGroup ``obj`` say ``st`` (and the fields of ``extra``),
-    with ``obj``'s resourceVersion as a precondition; None when it already says so.
-    ``lastTransitionTime`` changes only when the condition's status flips."""
-    meta = obj.get("metadata") or {}
-    status = obj.get("status") or {}
-    generation = meta.get("generation", 0)
+    generation: int,
+    waiting: int,
+    start: str,
+    last_failure: str,
+    since: str,
+) -> JSON:
+    """Every status field the scheduler owns, as it applies them: ``st`` (phase, counts and
+    the ``Scheduled`` condition, whose ``lastTransitionTime`` is ``since``), the spec
+    ``generation`` it was computed from, and its own fields (a time that is '' is left out)."""
     c = st.counts
-    want: dict[str, object] = {
+    status: JSON = {
         "phase": st.phase,
         "scheduled": c.scheduled,
         "running": c.running,
         "succeeded": c.succeeded,
         "failed": c.failed,
+        "waiting": waiting,
         "message": st.message[:1024],
         "observedGeneration": generation,
-        **(extra or {}),
     }
-    old = _scheduled_condition(obj)
-    cond: dict[str, object] = {
-        "type": "Scheduled",
-        "status": "True" if st.scheduled else "False",
-        "reason": st.reason,
-        "message": st.message[:4096],
-        "observedGeneration": generation,
-    }
-    same = old is not None and all(old.get(k) == v for k, v in cond.items())
-    if same and all(status.get(k) == v for k, v in want.items()):
-        return None
-    kept = old.get("lastTransitionTime") if old is not None else None
-    flipped = old is None or old.get("status") != cond["status"]
-    cond["lastTransitionTime"] = now if flipped or not kept else kept
-    others = [
-        x
-        for x in status.get("conditions") or []
-        if isinstance(x, dict) and x.get("type") != "Scheduled"
+    if start:
+        status["scheduleStartTime"] = start
+    if last_failure:
+        status["lastFailureTime"] = last_failure
+    status["conditions"] = [
+        {
+            "type": "Scheduled",
+            "status": "True" if st.scheduled else "False",
+            "reason": st.reason,
+            "message": st.message[:4096],
+            "observedGeneration": generation,
+            "lastTransitionTime": since,
+        }
     ]
-    patch: JSON = {"status": {**want, "conditions": [*others, cond]}}
-    if meta.get("resourceVersion"):
-        patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
-    return patch
+    return status
 
 
-async def write_group_status(
-    client: KubeClient,
-    path: str,
-    st: GroupStatus,
-    extra: Mapping[str, object],
-    now: Callable[[], str],
-) -> JSON | None:
-    """Read the PodGroup at ``path`` and patch its status to say ``st``, read again and retry
-    when it changed in between (409). Returns the object written, or None when it already
-    said so."""
-    for attempt in range(CONFLICT_RETRIES):
-        obj = await client.get(path)
-        patch = group_status_patch(obj, st, extra, now=now())
-        if patch is None:
-            return None
-        try:
-            return await client.merge_patch(f"{path}/status", patch)
-        except ApiError as e:
-            if e.status != 409 or attempt == CONFLICT_RETRIES - 1:
-                raise
-    return None
+def says(current: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Whether the status ``current`` already says every field of ``want`` (a status as
+    applied: its conditions are compared by type, without ``lastTransitionTime``)."""
+    for field, value in want.items():
+        if field != "conditions":
+            if current.get(field) != value:
+                return False
+            continue
+        for cond in value:
+            have = find_condition(current, cond["type"])
+            if have is None or any(
+                have.get(k) != v for k, v in cond.items() if k != "lastTransitionTime"
+            ):
+                return False
+    return True
+
+
+def apply_body(key: str, status: Mapping[str, Any]) -> JSON:
+    """The server-side apply body that sets a gangsched PodGroup's ``status``."""
+    ns, _, name = key.partition("/")
+    return {
+        "apiVersion": f"{lbl.GROUP}/{lbl.VERSION}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "status": dict(status),
+    }
 
 
 async def write_pod_condition(
-    client: KubeClient, pod: PodRef, body: JSON, unbound_version: UnboundVersion | None
+    client: KubeApi, pod: PodRef, body: JSON, unbound_version: UnboundVersion | None
 ) -> JSON | None:
     """Patch a pod's status with ``body`` (a ``PodScheduled=False`` condition) only while the
     pod is unbound: with the resourceVersion of the unbound pod as a precondition, from

@@ -2,28 +2,38 @@
 writes go through the outbox and are deduplicated, so an unschedulable gang retried every few
 seconds does not write the same thing every few seconds.
 
-PodGroup status: phase, member counts and the ``Scheduled`` condition come from the core's one
-rule (:func:`gangsched.core.status.group_status`) and are written together, with the object's
-resourceVersion as a precondition (see podstatus.py); the status controller writes the same
-fields by the same rule from its own view of the pods. Only this writer sets
-``scheduleStartTime``, ``lastFailureTime`` and ``waiting``.
+On pods gangsched writes only events and the ``PodScheduled`` condition (``pods/status``), as
+kube-scheduler does: never the pod itself, so it needs no ``patch`` on pods. A gang whose
+reservations were released at its deadline says so in both: a ``GangTimeout`` event and
+``PodScheduled=False`` with the message ``Timeout: <why>``.
+
+PodGroup status: this is the only writer of the phase, the member counts, the ``Scheduled``
+condition, ``scheduleStartTime``, ``lastFailureTime`` and ``waiting``, from the core's one rule
+(:func:`gangsched.core.status.group_status`) on the scheduler's pod watch. It writes them all
+at once by server-side apply as ``gangsched-scheduler`` (see podstatus.py): one request, no
+read first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import GroupStatus
 from gangsched.kube import labels as lbl
-from gangsched.kube.client import KubeClient
+from gangsched.kube.api import KubeApi
 from gangsched.kube.events import EventRecorder, rfc3339
 from gangsched.kube.outbox import Outbox
 from gangsched.kube.podstatus import (
+    SCHEDULER_MANAGER,
     UnboundVersion,
-    group_status_patch,
-    write_group_status,
+    apply_body,
+    find_condition,
+    podgroup_status_path,
+    says,
+    scheduler_status,
+    transition_time,
     write_pod_condition,
 )
 
@@ -36,9 +46,19 @@ COMPONENT = "gangsched"
 URGENT_EVENTS = frozenset({"Scheduled", "FailedBinding"})
 
 
+class Reported(NamedTuple):
+    """What the reporter last sent for a PodGroup: the status it said (for the tests and the
+    dedup), the signature of everything it sent, and its ``Scheduled`` condition (whose
+    ``lastTransitionTime`` the next write keeps unless the condition's status flips)."""
+
+    status: GroupStatus
+    signature: tuple[object, ...]
+    condition: Mapping[str, Any] | None
+
+
 class Reporter:
     def __init__(
-        self, client: KubeClient, outbox: Outbox, instance: str, repeat_after: float = 60.0
+        self, client: KubeApi, outbox: Outbox, instance: str, repeat_after: float = 60.0
     ) -> None:
         self._client = client
         self._outbox = outbox
@@ -49,7 +69,7 @@ class Reporter:
             client, outbox, f"{lbl.GROUP}/{COMPONENT}", instance, refresh=repeat_after
         )
         self._conditions: dict[str, str] = {}
-        self._group_status: dict[str, object] = {}
+        self._group_status: dict[str, Reported] = {}
         # Where the pod watch says which pods are still unbound (set by the service); without
         # it a condition write reads the pod first.
         self.pod_version: UnboundVersion | None = None
@@ -78,7 +98,17 @@ class Reporter:
         the field that is wrong or not supported in the message."""
         self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
         condition_reason = "SchedulingGated" if reason == "SchedulingGated" else "Unschedulable"
-        signature = f"{condition_reason}/{reason}: {message}"
+        self._pod_condition(pod, condition_reason, f"{reason}: {message}")
+
+    def timed_out(self, pod: PodRef, message: str) -> None:
+        """``PodScheduled=False`` (reason Unschedulable, message ``Timeout: <message>``) on a
+        pod whose gang's reservations were released at its deadline, next to the
+        ``GangTimeout`` event the service records: where users (and tools that read
+        conditions) see that the gang timed out. gangsched writes nothing else on the pod."""
+        self._pod_condition(pod, "Unschedulable", f"Timeout: {message}")
+
+    def _pod_condition(self, pod: PodRef, reason: str, message: str) -> None:
+        signature = f"{reason}/{message}"
         if self._conditions.get(pod.uid) == signature:
             return
         self._conditions[pod.uid] = signature
@@ -88,8 +118,8 @@ class Reporter:
                     {
                         "type": "PodScheduled",
                         "status": "False",
-                        "reason": condition_reason,
-                        "message": f"{reason}: {message}"[:4096],
+                        "reason": reason,
+                        "message": message[:4096],
                         "lastTransitionTime": rfc3339(),
                     }
                 ]
@@ -101,14 +131,6 @@ class Reporter:
             lambda: write_pod_condition(self._client, pod, body, self.pod_version),
             key=("cond", pod.uid),
         )
-
-    def mark_timeout(self, pod: PodRef) -> None:
-        """Annotate a pod whose gang timed out (as Koordinator does)."""
-        body = {
-            "metadata": {"annotations": {lbl.TIMEOUT_ANNOTATION: "true", lbl.KOORD_TIMEOUT: "true"}}
-        }
-        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
-        self._outbox.put("annotate", lambda: self._client.merge_patch(path, body))
 
     def forget_pod(self, uid: str) -> None:
         self._conditions.pop(uid, None)
@@ -127,35 +149,54 @@ class Reporter:
         waiting: int,
         start: float | None,
         last_failure: float | None,
-        current: Mapping[str, Any] | None = None,
+        seen: Mapping[str, Any] | None = None,
+        force: bool = False,
     ) -> None:
-        """Write a gangsched PodGroup's status when it changed since the last report; with
-        ``current`` (the object as the watch last saw it: a relist, the periodic resync) when
-        that object says something else."""
-        ns, _, name = key.partition("/")
-        # The times are never cleared: a scheduler that restarted has not tried yet, but the
-        # gang was tried (the service gives the core the start time back from the object).
-        extra: dict[str, object] = {"waiting": waiting}
-        if start:
-            extra["scheduleStartTime"] = rfc3339(start)
-        if last_failure:
-            extra["lastFailureTime"] = rfc3339(last_failure)
-        signature = (status, tuple(extra.items()))
-        if current is not None:
-            if group_status_patch(current, status, extra, now="") is None:
-                self._group_status[key] = signature
-                return
-        elif self._group_status.get(key) == signature:
+        """Apply a gangsched PodGroup's status (every field the scheduler owns) when it
+        changed since the last report; with ``force`` (a relist, the periodic resync) when
+        ``seen``, the object as the watch last saw it, says something else.
+
+        ``seen`` also gives the spec's generation (``observedGeneration``) and what the
+        reporter does not know after a restart: the ``Scheduled`` condition's
+        ``lastTransitionTime`` and the times, which are never cleared (a scheduler that
+        restarted has not tried yet, but the gang was tried)."""
+        meta = (seen or {}).get("metadata") or {}
+        current = (seen or {}).get("status") or {}
+        generation = meta.get("generation")
+        generation = generation if isinstance(generation, int) else 0
+        start_at = rfc3339(start) if start else str(current.get("scheduleStartTime") or "")
+        failed_at = (
+            rfc3339(last_failure) if last_failure else str(current.get("lastFailureTime") or "")
+        )
+        signature = (status, generation, waiting, start_at, failed_at)
+        last = self._group_status.get(key)
+        if not force and last is not None and last.signature == signature:
             return
-        self._group_status[key] = signature
-        path = f"/apis/{lbl.GROUP}/{lbl.VERSION}/namespaces/{ns}/{lbl.PODGROUP_PLURAL}/{name}"
+        previous = last.condition if last is not None else find_condition(current, "Scheduled")
+        since = transition_time(previous, "True" if status.scheduled else "False", rfc3339())
+        want = scheduler_status(
+            status,
+            generation=generation,
+            waiting=waiting,
+            start=start_at,
+            last_failure=failed_at,
+            since=since,
+        )
+        if force and seen is not None and says(current, want):
+            self._group_status[key] = Reported(
+                status, signature, find_condition(current, "Scheduled")
+            )
+            return
+        self._group_status[key] = Reported(status, signature, want["conditions"][0])
+        path, body = podgroup_status_path(key), apply_body(key, want)
 
         async def write() -> object:
             try:
-                return await write_group_status(self._client, path, status, extra, rfc3339)
+                return await self._client.apply(path, body, field_manager=SCHEDULER_MANAGER)
             except Exception:
                 # not written: forget it, so the next report for this gang writes again
-                if self._group_status.get(key) == signature:
+                now = self._group_status.get(key)
+                if now is not None and now.signature == signature:
                     self._group_status.pop(key, None)
                 raise
 

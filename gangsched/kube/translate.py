@@ -902,9 +902,58 @@ def _spec_guard(parse: Callable[[Obj], GangSpec], obj: Obj) -> GangSpec:
         return GangSpec(key=f"{ns}/{name}", created=created, invalid_reason=_broken(e))
 
 
+def _crd_rules(obj: Obj, gang: GangSpec) -> str:
+    """The rules the gangsched PodGroup CRD states as validation expressions, for an object
+    stored without them (an older CRD, a server that does not evaluate them): '' when it
+    keeps them, else what it breaks, naming the field."""
+    spec = _map(obj.get("spec"), "spec")
+    total = spec.get("totalMember")
+    if total is not None and _int(total, "spec.totalMember", 1) < gang.min_member:
+        return f"spec.totalMember: must be >= spec.minMember ({gang.min_member}), got {total}"
+    declared: set[str] = set()
+    for i, role in enumerate(gang.roles):
+        if role.min_member > gang.min_member:
+            return (
+                f"spec.roles[{i}].minMember: must be <= spec.minMember ({gang.min_member}), "
+                f"got {role.min_member}"
+            )
+        if role.name in declared:
+            return f"spec.roles[{i}].name: role {_shown(role.name)} is declared twice"
+        declared.add(role.name)
+    topology = _map(spec.get("topology"), "spec.topology")
+    for field in ("affinity", "antiAffinity"):
+        where = f"spec.topology.{field}"
+        for i, names in enumerate(_list(topology.get(field), where)):
+            unknown = [
+                _shown(n)
+                for n in _list(names, f"{where}[{i}]")
+                if not isinstance(n, str) or n not in declared
+            ]
+            if unknown:
+                declares = "names role(s) spec.roles does not declare"
+                return f"{where}[{i}]: {declares}: {', '.join(unknown)}"
+    return ""
+
+
+def _checked_podgroup_from(obj: Obj) -> GangSpec:
+    gang = _podgroup_from(obj)
+    if gang.invalid_reason:
+        return gang
+    try:
+        problem = _crd_rules(obj, gang)
+    except SpecError as e:
+        problem = str(e)
+    if problem:
+        return GangSpec(key=gang.key, created=gang.created, invalid_reason=problem)
+    return gang
+
+
 def podgroup_from(obj: Obj) -> GangSpec:
-    """A gangsched.io/v1alpha1 PodGroup as a GangSpec (``invalid_reason`` set when bad)."""
-    return _spec_guard(_podgroup_from, obj)
+    """A gangsched.io/v1alpha1 PodGroup as a GangSpec (``invalid_reason`` set when bad: a field
+    the scheduler cannot read, or one of the CRD's rules across fields broken). The one rule
+    for what a valid PodGroup is: the scheduler refuses what it names, and the PodGroup
+    controller reports it in the ``Accepted`` condition."""
+    return _spec_guard(_checked_podgroup_from, obj)
 
 
 def xk8s_podgroup_from(obj: Obj) -> GangSpec:

@@ -1,31 +1,51 @@
 """PodGroup status and pod conditions as the adapter writes them, without an API server: the
-one rule in every writer, fenced writes, convergence by relist and resync, per-gang state that
-goes away with its gang, and what ``kubectl gang`` shows."""
+one rule, the scheduler's status written by server-side apply (one request, its own fields
+only, lastTransitionTime kept), the PodGroup controller's ``Accepted`` condition, fenced pod
+conditions, a timeout said in the pod's condition rather than annotations, convergence by
+relist and resync, per-gang state that goes away with its gang, the controller's health as
+the process's, and what ``kubectl gang`` shows."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import threading
+import time
 from collections.abc import Awaitable, Callable, Hashable, Iterator
 from typing import Any
 
 import pytest
 from kubernetes_asyncio.client import Configuration
 
+from gangsched.app import App, ControllerStoppedError
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import BindGang, PodRef
+from gangsched.core.decisions import BindGang, GangTimedOut, PodRef
 from gangsched.core.scheduler import Scheduler
-from gangsched.core.status import MemberCounts, group_status
+from gangsched.core.status import GroupStatus, MemberCounts, group_status
+from gangsched.kube import reporter as reporter_module
 from gangsched.kube.binder import BindResult
-from gangsched.kube.client import ApiError, KubeClient
+from gangsched.kube.client import ApiError
+from gangsched.kube.events import rfc3339
+from gangsched.kube.health import HealthServer
 from gangsched.kube.membership import Source, resolve_membership
-from gangsched.kube.podstatus import group_status_patch, write_pod_condition
+from gangsched.kube.metrics import Metrics
+from gangsched.kube.outbox import Outbox
+from gangsched.kube.podstatus import (
+    says,
+    scheduler_status,
+    transition_time,
+    write_pod_condition,
+)
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
-from gangsched.kube.statuscontroller import StatusController
+from gangsched.kube.statuscontroller import StatusController, accepted_status, verdict
 from gangsched.kube.translate import podgroup_from
 from gangsched.kubectl_gang import gang_rows, render
+from gangsched.settings import Settings
+from tests.support.fakekube import APPLY, FakeKube
+
+PODGROUPS = "/apis/gangsched.io/v1alpha1/namespaces/ml/podgroups"
 
 # ---- the rule ------------------------------------------------------------------------------
 
@@ -66,7 +86,7 @@ def test_the_scheduler_word_stands_when_the_counts_agree() -> None:
     assert (st.scheduled, st.reason, st.message) == (False, "Unschedulable", "needs 8 GPUs")
 
 
-# ---- the patch -----------------------------------------------------------------------------
+# ---- the apply body -------------------------------------------------------------------------
 
 
 def _podgroup(status: dict[str, Any] | None = None, min_member: int = 2) -> dict[str, Any]:
@@ -83,36 +103,44 @@ def _podgroup(status: dict[str, Any] | None = None, min_member: int = 2) -> dict
     }
 
 
-def test_the_patch_carries_every_field_and_the_resource_version() -> None:
+def test_the_scheduler_status_carries_every_field_it_owns() -> None:
     st = group_status(2, MemberCounts(total=2, scheduled=2, running=1))
-    patch = group_status_patch(_podgroup(), st, {"waiting": 0}, now="T1")
-    assert patch is not None
-    assert patch["metadata"] == {"resourceVersion": "41"}
-    status = patch["status"]
-    assert {k: status[k] for k in ("phase", "scheduled", "running", "message")} == {
+    status = scheduler_status(st, generation=3, waiting=0, start="S", last_failure="", since="T1")
+    assert status == {
         "phase": "Scheduled",
         "scheduled": 2,
         "running": 1,
-        "message": "2 member(s) bound",
-    }
-    assert status["observedGeneration"] == 3
-    [cond] = status["conditions"]
-    assert cond == {
-        "type": "Scheduled",
-        "status": "True",
-        "reason": "Scheduled",
+        "succeeded": 0,
+        "failed": 0,
+        "waiting": 0,
         "message": "2 member(s) bound",
         "observedGeneration": 3,
-        "lastTransitionTime": "T1",
+        "scheduleStartTime": "S",
+        "conditions": [
+            {
+                "type": "Scheduled",
+                "status": "True",
+                "reason": "Scheduled",
+                "message": "2 member(s) bound",
+                "observedGeneration": 3,
+                "lastTransitionTime": "T1",
+            }
+        ],
     }
-    written = _podgroup(status)
-    assert group_status_patch(written, st, {"waiting": 0}, now="T2") is None
-    # a new message keeps the transition time; a flip changes it
-    more = group_status(2, MemberCounts(total=3, scheduled=3))
-    again = group_status_patch(written, more, {"waiting": 0}, now="T2")
-    assert again is not None and again["status"]["conditions"][0]["lastTransitionTime"] == "T1"
-    flipped = group_status_patch(written, group_status(2, MemberCounts(total=2)), now="T3")
-    assert flipped is not None and flipped["status"]["conditions"][0]["lastTransitionTime"] == "T3"
+    # what the object says is compared without the transition time, condition by type
+    other = {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "ok"}
+    held = {**status, "conditions": [other, {**status["conditions"][0], "lastTransitionTime": "X"}]}
+    assert says(held, status)
+    assert not says({**held, "message": "garbled"}, status)
+    assert not says({**held, "conditions": [other]}, status)
+
+
+def test_the_transition_time_moves_only_when_the_status_flips() -> None:
+    was = {"type": "Scheduled", "status": "False", "lastTransitionTime": "T1"}
+    assert transition_time(was, "False", "T2") == "T1"
+    assert transition_time(was, "True", "T2") == "T2"
+    assert transition_time(None, "False", "T2") == "T2"
+    assert transition_time({"status": "False"}, "False", "T2") == "T2"
 
 
 # ---- the pod condition ---------------------------------------------------------------------
@@ -263,10 +291,10 @@ def _pod(name: str, labels: dict[str, str], node: str = "") -> dict[str, Any]:
     }
 
 
-def _status_written(reporter: Reporter, key: str) -> Any:
-    signature = reporter._group_status.get(key)
-    assert isinstance(signature, tuple)
-    return signature[0]
+def _status_written(reporter: Reporter, key: str) -> GroupStatus:
+    reported = reporter._group_status.get(key)
+    assert reported is not None
+    return reported.status
 
 
 async def test_a_raised_min_member_is_reported_though_nothing_is_pending() -> None:
@@ -300,15 +328,15 @@ def test_a_relist_rewrites_a_status_the_object_no_longer_matches(
     crd("ADDED", _pg("train", 2))
     service._on_pod("ADDED", _pod("p0", {"gangsched.io/pod-group": "train"}))
     written = _status_written(reporter, "ml/train")
-    extra = {"waiting": 0, "scheduleStartTime": None, "lastFailureTime": None}
-    patch = group_status_patch(_pg("train", 2), written, extra, now="T")
-    assert patch is not None
-    body = {**_pg("train", 2), "status": patch["status"]}
+    status = scheduler_status(
+        written, generation=1, waiting=0, start="", last_failure="", since="T"
+    )
+    body = {**_pg("train", 2), "status": status}
     outbox.jobs.clear()
-    crd("SYNC", {"items": [body]})
+    loop.run_until_complete(crd("SYNC", {"items": [body]}))
     assert outbox.jobs == [], "the object says what the scheduler would write: no write"
     garbled = {**body, "status": {**body["status"], "message": "garbled"}}
-    crd("SYNC", {"items": [garbled]})
+    loop.run_until_complete(crd("SYNC", {"items": [garbled]}))
     assert [what for what, _, _ in outbox.jobs] == ["podgroup-status"]
 
 
@@ -339,10 +367,7 @@ def _sizes(service: SchedulerService, reporter: Reporter) -> dict[str, int]:
         "core.group_pods": len(core.group_pods),
         "core.pods": len(core.cache.pods),
         "queue": len(core.queue._keys),
-        "service.gang_source": len(service._gang_source),
-        "service.implicit": len(service._implicit),
-        "service.declarers": len(service._declarers),
-        "service.applied": len(service._applied),
+        **{f"service.specs.{k}": n for k, n in service._specs.sizes().items()},
         "service.podgroups": len(service._podgroups),
         "reporter.group_status": len(reporter._group_status),
         "reporter.conditions": len(reporter._conditions),
@@ -362,9 +387,7 @@ async def _churn(rounds: int) -> list[tuple[int, dict[str, int], dict[str, int]]
     (900 pods), scheduled, bound, running, then all deleted. New names every round, as
     workloads make them."""
     service, reporter, _ = _service(DiscardOutbox())
-    controller = StatusController(
-        Configuration(host="https://127.0.0.1:1"), lambda: KubeClient(Configuration())
-    )
+    controller = StatusController(Configuration(host="https://127.0.0.1:1"), FakeKube)
     crd = service._crd_handler(Source.GANGSCHED, podgroup_from)
     for i in range(120):
         service._on_node("ADDED", _node(i))
@@ -387,7 +410,6 @@ async def _churn(rounds: int) -> list[tuple[int, dict[str, int], dict[str, int]]
             controller.on_group("ADDED", pg)
         for p in pods:
             service._on_pod("ADDED", p)
-            controller.on_pod("ADDED", p)
         while (decisions := service.core.schedule_one()) is not None:
             service._handle(decisions)
         for _ in range(3):
@@ -398,10 +420,8 @@ async def _churn(rounds: int) -> list[tuple[int, dict[str, int], dict[str, int]]
             p["spec"]["nodeName"] = node
             p["status"]["phase"] = "Running"
             service._on_pod("MODIFIED", p)
-            controller.on_pod("MODIFIED", p)
         for p in pods:
             service._on_pod("DELETED", p)
-            controller.on_pod("DELETED", p)
         for pg in pgs:
             crd("DELETED", pg)
             controller.on_group("DELETED", pg)
@@ -409,10 +429,9 @@ async def _churn(rounds: int) -> list[tuple[int, dict[str, int], dict[str, int]]
         sizes = _sizes(service, reporter)
         sizes.update(
             {
-                "controller.members": len(controller.members),
-                "controller.key_of": len(controller._key_of),
                 "controller.groups": len(controller.groups),
                 "controller.pending": len(controller._pending),
+                "controller.failures": len(controller._failures),
             }
         )
         out.append((r, sizes, {"rss_kib": _rss_kib()}))
@@ -428,66 +447,191 @@ def test_per_gang_state_goes_away_with_the_gang_and_memory_stays_flat() -> None:
     assert rss[-1] - rss[2] < 1024, f"RSS grew {rss[-1] - rss[2]} KiB over rounds 3-20: {rss}"
 
 
-# ---- the status controller -----------------------------------------------------------------
+# ---- the PodGroup controller ---------------------------------------------------------------
 
 
-class ListingClient:
-    def __init__(self, groups: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
-        self.groups, self.pods = groups, pods
-
-    async def get(self, path: str, **params: Any) -> dict[str, Any]:
-        items = self.pods if path == "/api/v1/pods" else self.groups
-        return {"metadata": {}, "items": items}
-
-
-def test_the_controller_resync_drops_a_member_whose_deletion_it_missed() -> None:
-    async def run() -> StatusController:
-        controller = StatusController(
-            Configuration(host="https://127.0.0.1:1"), lambda: KubeClient(Configuration())
-        )
-        pg = _pg("train", 2)
-        member = _pod("p0", {"gangsched.io/pod-group": "train"}, node="n0")
-        controller.on_group("ADDED", pg)
-        controller.on_pod("ADDED", member)
-        assert controller.desired("ml/train") is not None
-        st = controller.desired("ml/train")
-        assert st is not None and st.counts.scheduled == 1
-        # the pod is deleted while the watch is down: no DELETED event, the list lacks it
-        controller._client = ListingClient([pg], [])  # type: ignore[assignment]
-        await controller.resync()
-        controller._client = None
-        return controller
-
-    controller = asyncio.run(run())
-    st = controller.desired("ml/train")
-    assert st is not None
-    assert st.counts == MemberCounts()
-    assert (st.scheduled, st.reason) == (False, "WaitingForMembers")
-    assert controller.members == {} and controller._key_of == {}
+def _spec_pg(spec: dict[str, Any], generation: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "gangsched.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ml", "generation": generation},
+        "spec": spec,
+    }
 
 
-def test_the_controller_uses_the_scheduler_rule_on_the_object() -> None:
-    async def run() -> StatusController:
-        controller = StatusController(
-            Configuration(host="https://127.0.0.1:1"), lambda: KubeClient(Configuration())
-        )
-        status = {
-            "conditions": [
-                {"type": "Scheduled", "status": "True", "reason": "Scheduled", "message": "x"}
-            ]
-        }
-        controller.on_group("ADDED", {**_pg("train", 3), "status": status})
-        for i in range(2):
-            controller.on_pod("ADDED", _pod(f"p{i}", {"gangsched.io/pod-group": "train"}, "n0"))
-        return controller
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"minMember": 2, "minResources": {"nvidia.com/gpu": "0.5"}}, "spec.minResources"),
+        ({"minMember": 2, "minResources": {"cpu": "1e40"}}, "spec.minResources.cpu"),
+        ({"minMember": 2, "mode": "Sometimes"}, "spec.mode"),
+        ({"minMember": 2, "onceSatisfied": "Never"}, "spec.onceSatisfied"),
+        ({"minMember": 0}, "spec.minMember"),
+        ({"minMember": "two"}, "spec.minMember"),
+        ({"minMember": 3, "totalMember": 2}, "spec.totalMember"),
+        (
+            {"minMember": 2, "roles": [{"name": "ps", "minMember": 3}]},
+            "spec.roles[0].minMember",
+        ),
+        (
+            {
+                "minMember": 2,
+                "roles": [{"name": "ps", "minMember": 1}, {"name": "ps", "minMember": 1}],
+            },
+            "spec.roles[1].name",
+        ),
+        (
+            {
+                "minMember": 2,
+                "roles": [{"name": "ps", "minMember": 1}],
+                "topology": {"antiAffinity": [["ps", "worker"]]},
+            },
+            "spec.topology.antiAffinity[0]",
+        ),
+    ],
+)
+def test_a_spec_the_scheduler_cannot_use_is_not_accepted_naming_the_field(
+    spec: dict[str, Any], field: str
+) -> None:
+    v = verdict(_spec_pg(spec))
+    assert (v.accepted, v.reason) == (False, "InvalidSpec")
+    assert v.message.startswith(field), v.message
+    # the one rule: the scheduler refuses the same spec, for the same reason
+    assert podgroup_from(_spec_pg(spec)).invalid_reason == v.message
 
-    st = asyncio.run(run()).desired("ml/train")
-    assert st is not None
-    assert (st.scheduled, st.reason, st.message) == (
-        False,
-        "WaitingForMembers",
-        "2 of 3 members exist; waiting for more pods",
+
+def test_a_valid_spec_is_accepted_with_the_generation_it_was_decided_on() -> None:
+    spec = {
+        "minMember": 3,
+        "totalMember": 4,
+        "minResources": {"nvidia.com/gpu": "3"},
+        "roles": [{"name": "ps", "minMember": 1}, {"name": "worker", "minMember": 2}],
+        "topology": {"affinity": [["ps", "worker"]]},
+    }
+    status = accepted_status(_spec_pg(spec, generation=4), "T1")
+    assert status == {
+        "conditions": [
+            {
+                "type": "Accepted",
+                "status": "True",
+                "reason": "Accepted",
+                "message": "the spec is valid",
+                "observedGeneration": 4,
+                "lastTransitionTime": "T1",
+            }
+        ]
+    }
+    # written: nothing more to write, whatever else the status holds
+    scheduled = {"type": "Scheduled", "status": "False", "reason": "Pending", "message": "m"}
+    obj = {
+        **_spec_pg(spec, generation=4),
+        "status": {"phase": "Pending", "conditions": [scheduled, *status["conditions"]]},
+    }
+    assert accepted_status(obj, "T2") is None
+    # a new generation is written again, at the same transition time; a flip moves it
+    obj["metadata"]["generation"] = 5
+    again = accepted_status(obj, "T2")
+    assert again is not None and again["conditions"][0]["lastTransitionTime"] == "T1"
+    obj["spec"]["mode"] = "Sometimes"
+    flipped = accepted_status(obj, "T3")
+    assert flipped is not None
+    [cond] = flipped["conditions"]
+    assert (cond["status"], cond["reason"], cond["lastTransitionTime"]) == (
+        "False",
+        "InvalidSpec",
+        "T3",
     )
+
+
+def test_the_controller_watches_podgroups_only() -> None:
+    controller = StatusController(Configuration(host="https://127.0.0.1:1"), FakeKube)
+    watched = {
+        (h.selector.group, h.selector.plural or h.selector.any_name)
+        for h in controller.registry._watching.get_all_handlers()
+        if h.selector is not None
+    }
+    assert watched == {("gangsched.io", "podgroups")}
+
+
+async def _controller(kube: FakeKube) -> StatusController:
+    controller = StatusController(
+        Configuration(host="https://127.0.0.1:1"), lambda: kube, debounce=0.01
+    )
+    controller._client = kube
+    return controller
+
+
+async def _settle_controller(controller: StatusController) -> None:
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if not controller._pending:
+            break
+    await asyncio.sleep(0.01)
+
+
+async def test_the_controller_applies_its_condition_alone_and_once() -> None:
+    kube = FakeKube()
+    [pg] = kube.seed(PODGROUPS, _spec_pg({"minMember": 2}))
+    controller = await _controller(kube)
+    controller.on_group("ADDED", pg)
+    await _settle_controller(controller)
+    [req] = kube.sent()
+    assert (req.verb, req.path, req.content_type) == ("patch", f"{PODGROUPS}/train/status", APPLY)
+    assert req.params == {"fieldManager": "gangsched-controller", "force": "true"}
+    assert set(req.body) == {"apiVersion", "kind", "metadata", "status"}
+    assert [c["type"] for c in req.body["status"]["conditions"]] == ["Accepted"]
+    assert list(req.body["status"]) == ["conditions"], "it owns one field"
+    # the watch brings the object back with the condition: nothing more to write
+    obj = kube.get_object(f"{PODGROUPS}/train")
+    assert obj is not None
+    controller.on_group("MODIFIED", obj)
+    await _settle_controller(controller)
+    assert len(kube.sent()) == 1 and controller.writes == 1
+
+
+async def test_a_failed_controller_write_is_tried_again_and_a_deleted_group_forgotten() -> None:
+    kube = FakeKube()
+    [pg] = kube.seed(PODGROUPS, _spec_pg({"minMember": 2}))
+    kube.fail("patch", "podgroups", 500, times=2)
+    controller = await _controller(kube)
+    controller.on_group("ADDED", pg)
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if controller.writes:
+            break
+    assert len(kube.sent("patch")) == 3 and controller.writes == 1
+    assert controller._failures == {}
+    kube.remove(f"{PODGROUPS}/train")
+    controller.on_group("MODIFIED", {**pg, "metadata": {**pg["metadata"], "generation": 9}})
+    await _settle_controller(controller)
+    assert len(kube.sent("patch")) == 4  # answered 404: not tried again
+    assert controller.groups == {} and controller._pending == {}
+
+
+async def test_both_writers_own_their_fields_and_leave_the_others() -> None:
+    """Server-side apply with a field manager each: the scheduler's writes never remove the
+    controller's condition, nor the controller's the scheduler's fields."""
+    kube = FakeKube()
+    [pg] = kube.seed(PODGROUPS, _spec_pg({"minMember": 2}))
+    controller = await _controller(kube)
+    outbox = Outbox()
+    outbox.start()
+    reporter = Reporter(kube, outbox, "test")
+    st = group_status(2, MemberCounts(total=2), attempted=True)
+    reporter.group_status("ml/train", st, waiting=0, start=1.0, last_failure=None, seen=pg)
+    await outbox.drain(5)
+    controller.on_group("MODIFIED", kube.get_object(f"{PODGROUPS}/train") or {})
+    await _settle_controller(controller)
+    bound = group_status(2, MemberCounts(total=2, scheduled=2))
+    reporter.group_status("ml/train", bound, waiting=0, start=1.0, last_failure=2.0, seen=pg)
+    await outbox.drain(5)
+    await outbox.stop()
+    status = (kube.get_object(f"{PODGROUPS}/train") or {})["status"]
+    assert sorted(c["type"] for c in status["conditions"]) == ["Accepted", "Scheduled"]
+    assert (status["phase"], status["scheduled"]) == ("Scheduled", 2)
+    assert status["scheduleStartTime"] == rfc3339(1.0)
+    assert status["lastFailureTime"] == rfc3339(2.0)
+    assert kube.sent("get") == [], "no write reads the object first"
 
 
 # ---- membership ----------------------------------------------------------------------------
@@ -749,41 +893,214 @@ def test_no_status_is_written_before_every_list_is_in(loop: asyncio.AbstractEven
     assert isinstance(outbox, NullOutbox)
     service.ready.clear()
     crd = service._crd_handler(Source.GANGSCHED, podgroup_from)
-    crd("SYNC", {"items": [_pg("train", 2)]})
+    loop.run_until_complete(crd("SYNC", {"items": [_pg("train", 2)]}))
     service._on_pod("ADDED", _pod("p0", {"gangsched.io/pod-group": "train"}, node="n0"))
     assert outbox.jobs == [] and reporter._group_status == {}
 
 
-class FakePodGroups:
-    """A PodGroup whose status someone else changes between our read and our write, once."""
+# ---- the scheduler's status writes ----------------------------------------------------------
+
+
+class Clock:
+    """rfc3339 with a settable now, for the reporter's lastTransitionTime."""
 
     def __init__(self) -> None:
-        self.obj = _podgroup()
-        self.meddle = True
-        self.patches: list[dict[str, Any]] = []
+        self.now = "T0"
 
-    async def get(self, path: str) -> dict[str, Any]:
-        obj = {**self.obj, "metadata": dict(self.obj["metadata"])}
-        if self.meddle:  # the status controller writes right after our read
-            self.meddle = False
-            self.obj["metadata"]["resourceVersion"] = "42"
-        return obj
-
-    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if body["metadata"]["resourceVersion"] != self.obj["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict")
-        self.patches.append(body)
-        return body
+    def __call__(self, t: float | None = None, micro: bool = False) -> str:
+        return self.now if t is None else rfc3339(t, micro)
 
 
-def test_a_status_write_on_a_changed_podgroup_reads_it_again() -> None:
-    from gangsched.kube.podstatus import write_group_status
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(reporter_module, "rfc3339", c)
+    return c
 
-    client = FakePodGroups()
-    st = group_status(2, MemberCounts(total=2, scheduled=2))
-    asyncio.run(
-        write_group_status(client, "/pg", st, {"waiting": 0}, lambda: "T")  # type: ignore[arg-type]
+
+async def _report(
+    reporter: Reporter, outbox: Outbox, st: GroupStatus, seen: dict[str, Any], **kw: Any
+) -> None:
+    args: dict[str, Any] = {"waiting": 0, "start": None, "last_failure": None, **kw}
+    reporter.group_status("ml/train", st, seen=seen, **args)
+    await outbox.drain(5)
+
+
+async def test_the_status_is_one_apply_that_keeps_its_transition_time(clock: Clock) -> None:
+    kube = FakeKube()
+    [pg] = kube.seed(PODGROUPS, _pg("train", 2))
+    outbox = Outbox()
+    outbox.start()
+    reporter = Reporter(kube, outbox, "test")
+    path = f"{PODGROUPS}/train"
+
+    def scheduled() -> dict[str, Any]:
+        obj = kube.get_object(path) or {}
+        cond = next(c for c in obj["status"]["conditions"] if c["type"] == "Scheduled")
+        return {**cond, "phase": obj["status"]["phase"]}
+
+    clock.now = "T1"
+    await _report(reporter, outbox, group_status(2, MemberCounts(total=2)), pg, start=5.0)
+    [req] = kube.sent()
+    assert (req.verb, req.path, req.content_type) == ("patch", f"{path}/status", APPLY)
+    assert req.params == {"fieldManager": "gangsched-scheduler", "force": "true"}
+    assert req.body["metadata"] == {"name": "train", "namespace": "ml"}
+    assert req.body["status"]["observedGeneration"] == 1
+    assert req.body["status"]["scheduleStartTime"] == rfc3339(5.0)
+    assert scheduled()["lastTransitionTime"] == "T1"
+    # the same report again: nothing sent
+    await _report(reporter, outbox, group_status(2, MemberCounts(total=2)), pg, start=5.0)
+    assert len(kube.sent()) == 1
+    clock.now = "T2"  # bound: the condition flips
+    two = group_status(2, MemberCounts(total=2, scheduled=2))
+    await _report(reporter, outbox, two, pg, start=5.0)
+    assert (scheduled()["status"], scheduled()["lastTransitionTime"]) == ("True", "T2")
+    clock.now = "T3"  # running: a new phase and message, no flip
+    running = group_status(2, MemberCounts(total=3, scheduled=3, running=3))
+    await _report(reporter, outbox, running, pg, start=5.0)
+    assert (scheduled()["phase"], scheduled()["lastTransitionTime"]) == ("Running", "T2")
+    # a restarted scheduler knows neither the transition nor the times: the object does
+    seen = kube.get_object(path) or {}
+    fresh = Reporter(kube, outbox, "test")
+    clock.now = "T4"
+    await _report(fresh, outbox, group_status(2, MemberCounts(total=3, scheduled=2)), seen)
+    last = kube.sent()[-1].body["status"]
+    assert last["conditions"][0]["lastTransitionTime"] == "T2"
+    assert last["scheduleStartTime"] == rfc3339(5.0), "a time is never cleared"
+    assert len(kube.sent()) == 4 and kube.sent("get") == []
+    await outbox.stop()
+
+
+async def test_a_resync_writes_only_where_the_object_says_something_else(clock: Clock) -> None:
+    kube = FakeKube()
+    [pg] = kube.seed(PODGROUPS, _pg("train", 2))
+    outbox = Outbox()
+    outbox.start()
+    reporter = Reporter(kube, outbox, "test")
+    st = group_status(2, MemberCounts(total=1), attempted=True)
+    await _report(reporter, outbox, st, pg)
+    seen = kube.get_object(f"{PODGROUPS}/train") or {}
+    await _report(reporter, outbox, st, seen, force=True)
+    assert len(kube.sent()) == 1, "the object says it: no write"
+    garbled = {**seen, "status": {**seen["status"], "message": "garbled"}}
+    await _report(reporter, outbox, st, garbled, force=True)
+    assert len(kube.sent()) == 2
+    assert (kube.get_object(f"{PODGROUPS}/train") or {})["status"]["message"] == st.message
+    await outbox.stop()
+
+
+async def test_a_failed_status_write_is_sent_again_at_the_next_report(clock: Clock) -> None:
+    kube = FakeKube()
+    [pg] = kube.seed(PODGROUPS, _pg("train", 2))
+    kube.fail("patch", "podgroups", 500)
+    outbox = Outbox()
+    outbox.start()
+    reporter = Reporter(kube, outbox, "test")
+    st = group_status(2, MemberCounts(total=1))
+    await _report(reporter, outbox, st, pg)
+    assert "ml/train" not in reporter._group_status
+    await _report(reporter, outbox, st, pg)
+    assert len(kube.sent("patch")) == 2
+    assert (kube.get_object(f"{PODGROUPS}/train") or {})["status"]["phase"] == "Pending"
+    await outbox.stop()
+
+
+def test_a_timeout_is_said_in_the_pod_condition_not_in_annotations(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """No ``patch`` on pods: the released pods of a gang that timed out get the GangTimeout
+    event and ``PodScheduled=False`` saying so, through ``pods/status``."""
+    kube = FakeKube()
+    outbox = NullOutbox()
+    reporter = Reporter(kube, outbox, "test")  # type: ignore[arg-type]
+    core = Scheduler(CoreConfig(), FakeClock(1_000.0))
+    service = SchedulerService(core, kube, OkBinder(), reporter)  # type: ignore[arg-type]
+    service.ready.set()
+    [obj] = kube.seed("/api/v1/namespaces/ml/pods", _pod("p0", {"gangsched.io/pod-group": "t"}))
+    service._on_pod("ADDED", obj)
+    outbox.jobs.clear()
+    message = "timed out after 3s waiting for quorum"
+    service._handle([GangTimedOut("ml/t", (PodRef("u-p0", "ml", "p0"),), message)])
+    assert sorted(what for what, _, _ in outbox.jobs) == ["condition", "event GangTimeout"]
+    [job] = [job for what, job, _ in outbox.jobs if what == "condition"]
+    loop.run_until_complete(job())
+    [req] = kube.sent()
+    assert (req.verb, req.path) == ("patch", "/api/v1/namespaces/ml/pods/p0/status")
+    pod = kube.get_object("/api/v1/namespaces/ml/pods/p0") or {}
+    [cond] = pod["status"]["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "PodScheduled",
+        "False",
+        "Unschedulable",
     )
-    [patch] = client.patches
-    assert patch["metadata"] == {"resourceVersion": "42"}
-    assert patch["status"]["phase"] == "Scheduled"
+    assert cond["message"] == f"Timeout: {message}"
+    assert not pod["metadata"].get("annotations")
+
+
+# ---- the controller's health is the process's -------------------------------------------
+
+
+class IdleService:
+    """The scheduler service, doing nothing until it is stopped."""
+
+    def __init__(self) -> None:
+        self.ready = asyncio.Event()
+        self.last_turn = time.monotonic()
+        self.metrics = Metrics()
+        self.reporter = Reporter(FakeKube(), Outbox(), "test")
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+
+class BrokenController(StatusController):
+    """A PodGroup controller whose run fails when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__(Configuration(host="https://127.0.0.1:1"), FakeKube)
+        self.started = threading.Event()
+        self.fail_now = threading.Event()
+
+    async def run(self, stop: threading.Event | None = None) -> None:
+        self.started.set()
+        await asyncio.to_thread(self.fail_now.wait, 30)
+        raise RuntimeError("kopf crashed")
+
+
+def _app(controller: StatusController) -> App:
+    service = IdleService()
+    return App(
+        Settings(),
+        FakeKube(),  # type: ignore[arg-type]
+        service,  # type: ignore[arg-type]
+        Outbox(),
+        controller,
+        None,
+        None,
+    )
+
+
+async def test_a_controller_that_stops_fails_healthz_and_ends_the_app() -> None:
+    controller = BrokenController()
+    app = _app(controller)
+    health = HealthServer("127.0.0.1:0", lambda: b"", app.ready, app.live)
+    running = asyncio.create_task(app.run())
+    assert await asyncio.to_thread(controller.started.wait, 10)
+    assert app.live()
+    assert (await health._healthz(None)).status == 200  # type: ignore[arg-type]
+    controller.fail_now.set()
+    with pytest.raises(ControllerStoppedError, match="RuntimeError: kopf crashed"):
+        await asyncio.wait_for(running, 10)
+    assert app._status_thread is not None and not app._status_thread.is_alive()
+
+
+async def test_healthz_fails_once_the_controller_thread_has_ended() -> None:
+    app = _app(BrokenController())
+    health = HealthServer("127.0.0.1:0", lambda: b"", app.ready, app.live)
+    app.service.last_turn = time.monotonic()
+    ended = threading.Thread(target=lambda: None)
+    ended.start()
+    ended.join()
+    app._status_thread = ended  # the scheduler runs on, the controller is gone
+    assert not app.live()
+    assert (await health._healthz(None)).status == 500  # type: ignore[arg-type]

@@ -3,8 +3,14 @@
 - the whole kustomization passes a server-side dry run (schemas, admission, Pod Security);
 - the RBAC is enough: the daemon runs as the ServiceAccount with a minted token, exactly as the
   Deployment runs it (shipped config file, leader election), takes the Lease, binds a real
-  gang, writes status, events, conditions and annotations, and never meets a 403;
-- the RBAC is no more than that: ``kubectl auth can-i`` says no to everything else.
+  gang, times one out, reports an unschedulable one, writes PodGroup status (both field
+  managers), events and pod conditions, and the API server's audit log shows that not one of
+  its requests was refused;
+- the RBAC is no more than that: ``kubectl auth can-i`` says no to everything else, ``patch``
+  on pods included (gangsched writes only ``pods/status`` and events about a pod).
+
+The control plane here is one of its own (it keeps an audit log of the ServiceAccount's
+requests), started for this module.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import yaml
@@ -41,6 +48,14 @@ IDENTITY = "deploy-e2e"
 # runs too, it must not be the one that binds these pods.
 SCHEDULER = "gangsched-deploy-e2e"
 FORBIDDEN = re.compile(r"\b403\b|forbidden|not enough permissions", re.IGNORECASE)
+# Every request of the ServiceAccount, at Metadata level (verb, URI, response code), and no
+# other: what the RBAC let through and what it refused, from the API server itself.
+AUDIT_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "users": [SA_USER]}, {"level": "None"}],
+}
 RBAC_FILES = (
     "namespace.yaml",
     "serviceaccount.yaml",
@@ -49,6 +64,29 @@ RBAC_FILES = (
     "role.yaml",
     "rolebinding.yaml",
 )
+
+
+@pytest.fixture(scope="module")
+def control_plane() -> Iterator[ControlPlane]:
+    """This module's control plane (it replaces the session's): the same CRDs and fake nodes,
+    and an audit log of the ServiceAccount's requests."""
+    cp = ControlPlane(audit_policy=AUDIT_POLICY, kill_with_parent=False)
+    cp.start()
+    try:
+        cp.apply(REPO / "crds")
+        cp.apply(REPO / "tests" / "e2e" / "fixtures" / "foreign-podgroup-crds.yaml")
+        wait_for(
+            "the PodGroup CRDs to be served",
+            lambda: all(
+                cp.kubectl("get", f"podgroups.{g}", "-A", check=False).returncode == 0
+                for g in ("gangsched.io", "scheduling.x-k8s.io", "scheduling.volcano.sh")
+            ),
+            timeout=30,
+        )
+        cp.start_kwok()
+        yield cp
+    finally:
+        cp.stop()
 
 
 def _apply_for_real(cp: ControlPlane, *files: str) -> None:
@@ -295,9 +333,30 @@ def _get(port: int, path: str) -> int:
         return e.code
 
 
+def _sa_requests(cp: ControlPlane) -> list[dict[str, Any]]:
+    """The ServiceAccount's requests in the audit log, each once (a watch's ResponseStarted
+    and ResponseComplete are one request)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for e in cp.audit_events():
+        if (e.get("user") or {}).get("username") == SA_USER:
+            seen[e.get("auditID", "")] = e
+    return list(seen.values())
+
+
+def _refused(cp: ControlPlane) -> list[str]:
+    """``<code> <verb> <URI>`` of every request of the ServiceAccount that was refused."""
+    return [
+        f"{e['responseStatus']['code']} {e['verb']} {e['requestURI']}"
+        for e in _sa_requests(cp)
+        if (e.get("responseStatus") or {}).get("code") in (401, 403)
+    ]
+
+
 def _assert_never_forbidden(proc: SchedulerProcess) -> None:
     bad = [line for line in _log(proc).splitlines() if FORBIDDEN.search(line)]
     assert not bad, "the daemon was refused something:\n" + "\n".join(bad[:20])
+    refused = _refused(proc.cp)
+    assert not refused, "the API server refused the ServiceAccount:\n" + "\n".join(refused)
     assert proc.alive(), f"the daemon exited:\n{proc.tail()}"
 
 
@@ -336,7 +395,8 @@ def test_service_account_can_schedule_a_gang(
             "both pods bound", lambda: len(bound(cp, ns)) == 2 and bound(cp, ns), timeout=60
         )
         assert set(placed.values()) == {f"{ns}-n0"}
-        # podgroups/status patch by the status controller (kopf, in the daemon)
+        # podgroups/status patch (server-side apply) by the scheduler's reporter. Only that
+        # it was written, not its final value: that is the scheduler's business, not the RBAC's.
         wait_for(
             "PodGroup phase Running or Scheduled",
             lambda: (
@@ -344,11 +404,15 @@ def test_service_account_can_schedule_a_gang(
             ),
             timeout=60,
         )
-        # podgroups get + podgroups/status patch by the scheduler's reporter. Only that it was
-        # written, not its final value: that is the scheduler's business, not the RBAC's.
         wait_for(
             "the PodGroup's Scheduled condition",
             lambda: condition(get_pg(cp, ns, "ddp"), "Scheduled") is not None,
+        )
+        # podgroups/status patch (server-side apply) by the PodGroup controller (kopf, in the
+        # daemon)
+        wait_for(
+            "the PodGroup's Accepted condition",
+            lambda: (condition(get_pg(cp, ns, "ddp"), "Accepted") or {}).get("status") == "True",
         )
         # events.k8s.io events create
         wait_for("Scheduled events", lambda: "Scheduled" in event_reasons(cp, ns, "ddp-0"))
@@ -361,8 +425,9 @@ def test_service_account_can_schedule_a_gang(
 def test_service_account_can_report_failures_and_timeouts(
     control_plane: ControlPlane, sa_daemon: SchedulerProcess, ns: str, nodes: Nodes
 ) -> None:
-    """The other writes: PodScheduled=False (pods/status patch), FailedScheduling and
-    GangTimeout events, and the timeout annotations (pods patch)."""
+    """The other writes: PodScheduled=False (pods/status patch) on the unschedulable gang and,
+    saying it timed out, on the gang that did; FailedScheduling and GangTimeout events. No
+    write to the pods themselves (no annotations: the ServiceAccount may not patch pods)."""
     cp = control_plane
     sel = nodes(4, gpus=2)  # 8 GPUs: the group's 2 + 6 fit the totals, not the nodes
     group = ["left", "right"]
@@ -390,13 +455,98 @@ def test_service_account_can_report_failures_and_timeouts(
         def timed_out() -> bool:
             ps = pods(cp, ns)
             return all(
-                (ps[n]["metadata"].get("annotations") or {}).get("gangsched.io/timeout") == "true"
+                (c := condition(ps[n], "PodScheduled")) is not None
+                and c["status"] == "False"
+                and c["message"].startswith("Timeout: timed out after 3s")
                 for n in ("left-0", "left-1")
             )
 
-        wait_for("the left gang's timeout annotations", timed_out, timeout=40)
+        wait_for("PodScheduled=False saying the left gang timed out", timed_out, timeout=40)
         wait_for("GangTimeout events", lambda: "GangTimeout" in event_reasons(cp, ns, "left-0"))
         assert bound(cp, ns) == {}
+        for p in pods(cp, ns).values():
+            written = [
+                k
+                for k in p["metadata"].get("annotations") or {}
+                if k.startswith(("gangsched.io/", "gang.scheduling.koordinator.sh/"))
+            ]
+            assert not written, (p["metadata"]["name"], written)
+        _assert_never_forbidden(sa_daemon)
+    except AssertionError:
+        print(f"gangsched log (tail):\n{sa_daemon.tail(80)}")
+        raise
+
+
+def _query(e: dict[str, Any]) -> dict[str, list[str]]:
+    return parse_qs(urlsplit(e["requestURI"]).query)
+
+
+def _path(e: dict[str, Any]) -> str:
+    return urlsplit(e["requestURI"]).path
+
+
+def test_every_request_of_the_service_account_is_allowed(
+    control_plane: ControlPlane, sa_daemon: SchedulerProcess, ns: str, nodes: Nodes
+) -> None:
+    """The audit log, not the daemon's log, is the judge: across a run that binds a gang, times
+    one out and reports an unschedulable one, writing PodGroup status all along, every request
+    the ServiceAccount made got an answer other than 401/403. And the writes are the ones
+    expected: bindings, pods/status, events, PodGroup status by server-side apply from both
+    field managers, never a pod itself, never a read before a status write."""
+    cp = control_plane
+    # 12 GPUs: ddp's 2, and the group's 2 + 6 fit the totals (the 3-GPU pods no node)
+    sel = nodes(6, gpus=2)
+    group = ["left", "right"]
+    create(cp, podgroup("ddp", ns, 2))
+    create(cp, podgroup("left", ns, 2, timeout=3, gangGroup=group))
+    create(cp, podgroup("right", ns, 2, timeout=3, gangGroup=group))
+    for i in range(2):
+        create(cp, pod(f"ddp-{i}", ns, group="ddp", selector=sel, scheduler=SCHEDULER))
+        create(cp, pod(f"left-{i}", ns, group="left", selector=sel, scheduler=SCHEDULER))
+        create(cp, pod(f"right-{i}", ns, group="right", selector=sel, gpus=3, scheduler=SCHEDULER))
+    try:
+        wait_for("the ddp gang bound", lambda: {"ddp-0", "ddp-1"} <= set(bound(cp, ns)))
+        wait_for("GangTimeout events", lambda: "GangTimeout" in event_reasons(cp, ns, "left-0"))
+        wait_for(
+            "FailedScheduling events",
+            lambda: "FailedScheduling" in event_reasons(cp, ns, "right-0"),
+        )
+
+        def applied_by_both() -> bool:
+            pg = cp.kubectl_json(
+                "get", "podgroups.gangsched.io", "right", "-n", ns, "--show-managed-fields"
+            )
+            managers = {
+                m.get("manager")
+                for m in pg["metadata"].get("managedFields") or []
+                if m.get("operation") == "Apply" and m.get("subresource") == "status"
+            }
+            return {"gangsched-scheduler", "gangsched-controller"} <= managers
+
+        wait_for("the status of right applied by both field managers", applied_by_both)
+
+        def requests_seen() -> list[dict[str, Any]] | None:
+            mine = [e for e in _sa_requests(cp) if f"/namespaces/{ns}/" in e["requestURI"]]
+            kinds = {(e["verb"], _path(e).rsplit("/", 1)[-1]) for e in mine}
+            want = {("create", "binding"), ("patch", "status"), ("create", "events")}
+            return mine if want <= kinds else None
+
+        mine = wait_for("the audit log to show the run's writes", requests_seen)
+        refused = _refused(cp)
+        assert not refused, "the API server refused the ServiceAccount:\n" + "\n".join(refused)
+
+        pod_path = re.compile(rf"^/api/v1/namespaces/{ns}/pods/[^/]+$")
+        podgroup_path = re.compile(rf"^/apis/gangsched\.io/v1alpha1/namespaces/{ns}/podgroups/")
+        for e in mine:
+            where = f"{e['verb']} {e['requestURI']}"
+            assert not (pod_path.match(_path(e)) and e["verb"] != "get"), f"wrote a pod: {where}"
+            if podgroup_path.match(_path(e)):
+                assert e["verb"] == "patch" and _path(e).endswith("/status"), where
+                assert _query(e).get("force") == ["true"], f"not a forced apply: {where}"
+        managers = {
+            _query(e).get("fieldManager", [""])[0] for e in mine if podgroup_path.match(_path(e))
+        }
+        assert managers == {"gangsched-scheduler", "gangsched-controller"}, managers
         _assert_never_forbidden(sa_daemon)
     except AssertionError:
         print(f"gangsched log (tail):\n{sa_daemon.tail(80)}")
@@ -415,11 +565,9 @@ ALLOWED: list[tuple[str, ...]] = [
     ("get", "pods"),
     ("list", "pods"),
     ("watch", "pods"),
-    ("patch", "pods"),
     ("create", "pods", "--subresource=binding"),
     ("patch", "pods", "--subresource=status"),
     ("create", "events.events.k8s.io"),
-    ("get", "podgroups.gangsched.io"),
     ("list", "podgroups.gangsched.io"),
     ("watch", "podgroups.gangsched.io"),
     ("patch", "podgroups.gangsched.io", "--subresource=status"),
@@ -449,6 +597,9 @@ DENIED: list[tuple[str, ...]] = [
     ("delete", "pods"),
     ("create", "pods"),
     ("update", "pods"),
+    ("patch", "pods"),
+    ("patch", "pods", "-n", "default"),
+    ("patch", "pods", "-n", NAMESPACE),
     ("deletecollection", "pods"),
     ("create", "pods", "--subresource=eviction"),
     ("create", "pods", "--subresource=exec"),
@@ -458,6 +609,7 @@ DENIED: list[tuple[str, ...]] = [
     ("patch", "nodes"),
     ("delete", "nodes"),
     ("patch", "nodes", "--subresource=status"),
+    ("get", "podgroups.gangsched.io"),
     ("create", "podgroups.gangsched.io"),
     ("patch", "podgroups.gangsched.io"),
     ("update", "podgroups.gangsched.io"),
@@ -519,6 +671,17 @@ def test_service_account_has_what_it_needs(rbac: ControlPlane) -> None:
 def test_service_account_has_no_more(rbac: ControlPlane) -> None:
     excess = [c for c in DENIED if _can_i(rbac, *c)]
     assert not excess, f"allowed but not needed: {excess}"
+
+
+def test_service_account_cannot_patch_pods(rbac: ControlPlane) -> None:
+    """Patching a pod would let a compromised scheduler change any pod's image: gangsched
+    writes a pod's PodScheduled condition (pods/status) and events, never the pod."""
+    assert not _can_i(rbac, "patch", "pods")
+    assert not _can_i(rbac, "update", "pods")
+    assert not _can_i(rbac, "patch", "pods", "-n", "default")
+    assert _can_i(rbac, "patch", "pods", "--subresource=status")
+    # and the question is really asked as the ServiceAccount: the admin may
+    assert rbac.kubectl("auth", "can-i", "patch", "pods", "-A").stdout.strip() == "yes"
 
 
 def test_service_account_cannot_delete_pods_or_update_nodes(rbac: ControlPlane) -> None:

@@ -21,7 +21,18 @@ import pytest
 from gangsched.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
-from .kube import GPU, bound, create, event_reasons, get_pg, pod, podgroup, pods, wait_for
+from .kube import (
+    GPU,
+    bound,
+    condition,
+    create,
+    event_reasons,
+    get_pg,
+    pod,
+    podgroup,
+    pods,
+    wait_for,
+)
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -184,7 +195,7 @@ def test_api_server_restart_mid_run(
     wait_for("the second gang bound after the restart", lambda: len(bound(cp, ns)) == 8, 60)
     assert proc.alive(), proc.tail()
     text = proc.metrics()
-    assert 'scheduler_bindings_total{result="success"} 8.0' in text, text
+    assert 'gangsched_bindings_total{result="success"} 8.0' in text, text
 
 
 def test_watch_expiry_relists_without_losing_or_double_counting(
@@ -236,7 +247,7 @@ def test_node_deleted_while_reserved_releases_the_gang(
     nodes: Nodes,
 ) -> None:
     """A gang holding reservations at Permit loses the node they are on: everything it holds
-    is released (GangReleased, no timeout marks), nothing stays reserved for it, and it binds
+    is released (GangReleased, not a timeout), nothing stays reserved for it, and it binds
     elsewhere once its group can."""
     cp = control_plane
     sel = nodes(4, gpus=2)  # the group's 2 + 6 GPUs fit the totals, the 3-GPU pods no node
@@ -268,8 +279,9 @@ def test_node_deleted_while_reserved_releases_the_gang(
     )
     state = pods(cp, ns)
     for name in ("left-0", "left-1"):
-        ann = state[name]["metadata"].get("annotations") or {}
-        assert "gangsched.io/timeout" not in ann, "a release is not a timeout"
+        said = (condition(state[name], "PodScheduled") or {}).get("message", "")
+        assert not said.startswith("Timeout:"), "a release is not a timeout"
+        assert "GangTimeout" not in event_reasons(cp, ns, name), "a release is not a timeout"
     assert bound(cp, ns) == {}
     # the right gang gives up its impossible demand: the group can now complete on what is left
     for i in range(2):

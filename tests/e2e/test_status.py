@@ -1,8 +1,9 @@
 """What users see agrees with the pods, on the real control plane: a pod's PodScheduled
 condition never moves back from scheduled; PodGroup phase, counts and the Scheduled condition
 agree with each other and with the members through minMember changes, deletions, a restart and
-a garbled status; refused pods and declarations gangsched does not read are shown, not
-scheduled silently."""
+a garbled status; the PodGroup controller's Accepted condition says whether the scheduler can
+use the spec, next to the scheduler's fields (two field managers on one status); refused pods
+and declarations gangsched does not read are shown, not scheduled silently."""
 
 from __future__ import annotations
 
@@ -308,8 +309,58 @@ def test_a_garbled_status_is_repaired_by_the_periodic_recompute(
         )
         assert (get_pg(cp, ns, "w").get("status") or {}).get("message") == "garbled"
         _settles(cp, ns, "w", _says(0, "Pending", "False", "WaitingForMembers", truth))
+        # the merge patch replaced the conditions: the PodGroup controller puts its own back
+        wait_for(
+            "the Accepted condition back",
+            lambda: (condition(get_pg(cp, ns, "w"), "Accepted") or {}).get("status") == "True",
+        )
     finally:
         proc.stop()
+
+
+def test_the_accepted_condition_says_whether_the_scheduler_can_use_the_spec(
+    control_plane: ControlPlane, running_scheduler: SchedulerProcess, ns: str, nodes: Nodes
+) -> None:
+    """A spec the CRD's schema accepts and the scheduler cannot use (half a GPU): Accepted
+    False naming the field, and the scheduler's Scheduled condition says InvalidSpec; fixed,
+    Accepted True at the new generation, and the gang binds."""
+    cp = control_plane
+    sel = nodes(1, gpus=2)
+    create(cp, podgroup("half", ns, 1, minResources={"nvidia.com/gpu": "0.5"}))
+    create(cp, pod("half-0", ns, group="half", selector=sel))
+
+    def accepted(status: str) -> dict[str, Any] | None:
+        pg = get_pg(cp, ns, "half")
+        cond = condition(pg, "Accepted")
+        if cond is None or cond["status"] != status:
+            return None
+        return cond if cond["observedGeneration"] == pg["metadata"]["generation"] else None
+
+    refused = wait_for("Accepted=False", lambda: accepted("False"))
+    assert refused["reason"] == "InvalidSpec", refused
+    assert refused["message"].startswith("spec.minResources.nvidia.com/gpu: "), refused
+    _settles(
+        cp,
+        ns,
+        "half",
+        lambda pg: (condition(pg, "Scheduled") or {}).get("reason") == "InvalidSpec",
+    )
+    assert bound(cp, ns) == {}
+    cp.kubectl(
+        "patch",
+        "podgroups.gangsched.io",
+        "half",
+        "-n",
+        ns,
+        "--type",
+        "merge",
+        "-p",
+        json.dumps({"spec": {"minResources": {"nvidia.com/gpu": "1"}}}),
+    )
+    fixed = wait_for("Accepted=True", lambda: accepted("True"))
+    assert (fixed["reason"], fixed["message"]) == ("Accepted", "the spec is valid")
+    wait_for("the gang bound", lambda: "half-0" in bound(cp, ns))
+    _settles(cp, ns, "half", _says(1, "Running", "True", "Scheduled", "1 member(s) bound"))
 
 
 def _kubectl_gang(cp: ControlPlane, ns: str, *args: str) -> str:

@@ -5,12 +5,12 @@ confirmed or failed; minMember raised and lowered; a node shrinking; time passin
 core. After every event the status the scheduler would write (``Scheduler.group_status``) is
 checked against the test's own record of the pods:
 
-- the counts are the pods' (and the status controller, given the same pods, counts the same);
+- the counts are the pods';
 - the condition is True exactly when the phase is Scheduled, Running or Succeeded, exactly
   when minMember members are bound, and its reason is ``Scheduled`` exactly then;
 - the ``Scheduled`` message counts the members bound now;
-- the status controller, given the same pods and the scheduler's condition, computes the same
-  status (one rule);
+- the status the scheduler applies to the PodGroup (its one writer of phase, counts and the
+  condition) says exactly that status;
 - no message shows ``None``; and after the scheduler has looked at the gang, the numbers in its
   messages (``<n> of <m> members exist``, ``minMember <m>``, ``holding <h>``) are current.
 """
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kubernetes_asyncio.client import Configuration
 
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
@@ -32,8 +31,7 @@ from gangsched.core.model import GangMode, GangSpec, Node, Pod, PodPhase
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
 from gangsched.core.status import SCHEDULED_PHASES, GroupStatus, MemberCounts
-from gangsched.kube.client import KubeClient
-from gangsched.kube.statuscontroller import StatusController
+from gangsched.kube.podstatus import scheduler_status
 
 KEY = "ml/g"
 GI = 1024**3
@@ -193,35 +191,35 @@ def _expected_counts(pods: dict[str, Pod]) -> MemberCounts:
     return MemberCounts(total, scheduled, running, succeeded, failed)
 
 
-CONTROLLER = StatusController(
-    Configuration(host="https://127.0.0.1:1"), lambda: KubeClient(Configuration())
-)
-
-
-def _controller_view(world: World, ours: GroupStatus, start: float | None) -> GroupStatus | None:
-    """What the status controller computes from the same pods and the scheduler's condition."""
-    CONTROLLER.members = {
-        KEY: {uid: (p.phase.value, bool(p.node_name)) for uid, p in world.pods.items()}
-    }
-    CONTROLLER.groups = {
-        KEY: {
-            "metadata": {"namespace": "ml", "name": "g", "generation": 1},
-            "spec": {"minMember": world.min_member},
-            "status": {
-                "scheduleStartTime": "2026-01-01T00:00:00Z" if start is not None else None,
-                "waiting": len(w.reserved) if (w := world.core.permit.get(KEY)) else 0,
-                "conditions": [
-                    {
-                        "type": "Scheduled",
-                        "status": "True" if ours.scheduled else "False",
-                        "reason": ours.reason,
-                        "message": ours.message,
-                    }
-                ],
-            },
-        }
-    }
-    return CONTROLLER.desired(KEY)
+def _applied(world: World, ours: GroupStatus, start: float | None) -> GroupStatus:
+    """The status as the scheduler applies it to the PodGroup, read back into a GroupStatus."""
+    waiting = len(w.reserved) if (w := world.core.permit.get(KEY)) else 0
+    status = scheduler_status(
+        ours,
+        generation=1,
+        waiting=waiting,
+        start="2026-01-01T00:00:00Z" if start is not None else "",
+        last_failure="",
+        since="2026-01-01T00:00:00Z",
+    )
+    [cond] = status["conditions"]
+    assert cond["type"] == "Scheduled" and status["message"] == cond["message"][:1024]
+    assert status["waiting"] == waiting
+    counts = MemberCounts(
+        ours.counts.total,
+        status["scheduled"],
+        status["running"],
+        status["succeeded"],
+        status["failed"],
+    )
+    return GroupStatus(
+        world.min_member,
+        status["phase"],
+        cond["status"] == "True",
+        cond["reason"],
+        cond["message"],
+        counts,
+    )
 
 
 def _check(world: World, after_schedule: bool) -> None:
@@ -241,7 +239,7 @@ def _check(world: World, after_schedule: bool) -> None:
     assert "None" not in status.message
     gang = core.gangs.get(KEY)
     start = gang.schedule_start if gang is not None else None
-    assert _controller_view(world, status, start) == status
+    assert _applied(world, status, start) == status
 
     if not after_schedule:
         return
