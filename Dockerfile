@@ -4,14 +4,20 @@
 #   docker build -t ghcr.io/gangsched/gangsched:0.1.0 .
 #   docker run --rm ghcr.io/gangsched/gangsched:0.1.0 --help
 #
-# Two stages: the builder turns the project and its pinned dependencies (requirements.lock)
-# into wheels; the runtime stage installs those wheels offline (--no-index) and keeps neither
-# the wheels nor a pip cache. Both stages use the same base image, so compiled wheels match the
-# runtime's Python. Pin a digest for fully reproducible builds with
-#   docker build --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:... .
-# The RUN --mount below needs BuildKit (the default builder of Docker 23+, and of buildx).
+# Two stages: the builder installs the locked dependencies (requirements.lock, every file
+# checked against its sha256 with --require-hashes: the same lock hack/test.sh tests with) and
+# then the project into a virtualenv; the runtime stage copies that virtualenv and nothing else
+# (no pip cache, no build tools, no sources).
+#
+# The base image is pinned by the digest of its multi-architecture index, so a rebuild gets the
+# same Python and Debian packages. To update it (a new Python patch release or Debian security
+# fixes), take the digest of the tag you want and replace both, tag and digest:
+#   docker buildx imagetools inspect python:3.11-slim-bookworm     # "Digest:" line, and the
+#                                                                  # Python version it holds
+# then rebuild, and run hack/lock.sh if the Python minor version changed (the lock is resolved
+# for CPython 3.11 on Linux).
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 # ---- builder ----------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS builder
@@ -20,17 +26,21 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
+RUN python -m venv /opt/gangsched
 WORKDIR /src
 
 # Dependencies first, in a layer of their own: it is rebuilt only when the lock file changes.
+# --no-deps: exactly the locked set, nothing resolved at build time.
 COPY requirements.lock ./
-RUN pip wheel --no-cache-dir --wheel-dir /wheels -r requirements.lock
+RUN /opt/gangsched/bin/pip install --require-hashes --no-deps -r requirements.lock
 
-# Then the project itself (pyproject.toml names README.md as the package's readme).
-COPY pyproject.toml README.md ./
+# Then the project itself (pyproject.toml names README.md and LICENSE), without dependencies:
+# they are all in place, at the locked versions.
+COPY pyproject.toml README.md LICENSE ./
 COPY gangsched ./gangsched
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels -c requirements.lock . \
-    && cp requirements.lock /wheels/requirements.lock
+RUN /opt/gangsched/bin/pip install --no-deps . \
+    && /opt/gangsched/bin/pip check \
+    && /opt/gangsched/bin/gangsched --help > /dev/null
 
 # ---- runtime ----------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
@@ -41,23 +51,18 @@ LABEL org.opencontainers.image.title="gangsched" \
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PATH=/opt/gangsched/bin:$PATH
 
 # The unprivileged user the scheduler runs as (the Deployment also sets runAsUser 65532).
 RUN groupadd --system --gid 65532 gangsched \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
        --shell /usr/sbin/nologin gangsched
 
-# Install offline from the builder's wheels, constrained to the exact locked versions. The
-# wheels are bind-mounted, not copied, so they take no space in the image.
-RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links=/wheels \
-        -c /wheels/requirements.lock /wheels/gangsched-*.whl \
-    && gangsched --help > /dev/null
+COPY --from=builder /opt/gangsched /opt/gangsched
 
-# /metrics, /healthz and /readyz (httpBindAddress)
-EXPOSE 10251
+# /metrics, /healthz and /readyz (httpBindAddress). Not kube-scheduler's ports (10251 was its
+# old insecure one, 10259 its secure one): the two can share a host.
+EXPOSE 10261
 
 USER 65532:65532
 

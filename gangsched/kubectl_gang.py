@@ -2,7 +2,10 @@
 and, for a gang that waits, why. Installed as the ``kubectl-gang`` executable, so kubectl
 finds it as a plugin.
 
-    kubectl gang [-n NAMESPACE | -A] [-o wide|json] [--kubeconfig PATH]
+    kubectl gang [-n NAMESPACE | -A] [-o wide|json] [--kubeconfig PATH] [--context NAME]
+
+Without ``-n`` or ``-A`` the namespace is the kubeconfig context's, as kubectl's (``default``
+when the context names none).
 
 Gangs are found from gangsched PodGroups and from member pods of every supported convention
 (see docs/architecture.md, membership), so annotation-declared gangs show up too.
@@ -13,17 +16,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from gangsched.core.status import count_members, group_status
 from gangsched.kube.membership import Source, resolve_membership
 from gangsched.kube.translate import timestamp
 
-__all__ = ["GangRow", "gang_rows", "main", "render"]
+__all__ = ["GangRow", "default_namespace", "gang_rows", "main", "render"]
+
+# In a pod, without a kubeconfig: the namespace of the pod's ServiceAccount token.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 # What SOURCE shows for each membership convention (see docs/operations.md, kubectl gang).
 SOURCES = {Source.GANGSCHED: "PodGroup"}
@@ -234,15 +244,75 @@ async def _fetch(
         await client.close()
 
 
+def _kubeconfig_files(kubeconfig: str | None, env: Mapping[str, str]) -> list[Path]:
+    """kubectl's loading rules: ``--kubeconfig``, else every file of ``$KUBECONFIG``, else
+    ``~/.kube/config``; files that do not exist are skipped."""
+    if kubeconfig:
+        names = [kubeconfig]
+    elif env.get("KUBECONFIG"):
+        names = [n for n in env["KUBECONFIG"].split(os.pathsep) if n]
+    else:
+        names = [str(Path(env.get("HOME") or Path.home()) / ".kube" / "config")]
+    return [p for p in (Path(n).expanduser() for n in names) if p.is_file()]
+
+
+def _load(path: Path) -> Mapping[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, Mapping) else {}
+
+
+def default_namespace(
+    kubeconfig: str | None,
+    context: str | None,
+    env: Mapping[str, str] | None = None,
+    service_account_namespace: Path = SERVICE_ACCOUNT_NAMESPACE,
+) -> str:
+    """The namespace kubectl would use without ``-n``: the chosen context's ``namespace``
+    (``--context``, else the first ``current-context`` of the kubeconfig files, merged as
+    kubectl merges them: the first file to define a context wins), ``default`` when it names
+    none. With no kubeconfig file inside a pod: ``$POD_NAMESPACE``, else the ServiceAccount's
+    namespace, else ``default`` (client-go's in-cluster rule)."""
+    env = os.environ if env is None else env
+    files = [_load(p) for p in _kubeconfig_files(kubeconfig, env)]
+    if not files:
+        if env.get("KUBERNETES_SERVICE_HOST"):
+            if env.get("POD_NAMESPACE"):
+                return env["POD_NAMESPACE"]
+            try:
+                found = service_account_namespace.read_text().strip()
+            except OSError:
+                found = ""
+            if found:
+                return found
+        return "default"
+    name = context or next(
+        (str(f["current-context"]) for f in files if f.get("current-context")), ""
+    )
+    for f in files:
+        for entry in f.get("contexts") or []:
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                ctx = entry.get("context") or {}
+                ns = ctx.get("namespace") if isinstance(ctx, Mapping) else None
+                return str(ns) if ns else "default"
+    return "default"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="kubectl gang", description="List gangs and why they wait.")
-    p.add_argument("-n", "--namespace", default=None)
+    p.add_argument(
+        "-n", "--namespace", default=None, help="default: the kubeconfig context's namespace"
+    )
     p.add_argument("-A", "--all-namespaces", action="store_true")
     p.add_argument("-o", "--output", choices=["wide", "json"], default=None)
     p.add_argument("--kubeconfig", default=None)
     p.add_argument("--context", default=None)
     args = p.parse_args(argv)
-    ns = None if args.all_namespaces else (args.namespace or "default")
+    ns = None
+    if not args.all_namespaces:
+        ns = args.namespace or default_namespace(args.kubeconfig, args.context)
     try:
         pgs, pods = asyncio.run(_fetch(args.kubeconfig, args.context, ns))
     except Exception as e:  # a CLI prints what went wrong instead of a traceback

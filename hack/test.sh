@@ -3,7 +3,8 @@
 #   bash hack/test.sh            everything (lint, types, import contracts, unit, property, e2e)
 #   bash hack/test.sh -k gang    extra arguments go to pytest
 # End-to-end tests need kube-apiserver, etcd, kubectl and kwok: hack/control-plane.sh builds
-# them from Go modules once (about 6 minutes on 2 cores) and caches them by version.
+# them from Go modules once (about 6 minutes on 2 cores) and caches them by version; the chart
+# checks need helm: hack/helm.sh builds it the same way (2 to 4 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,8 +12,13 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+# What ships is what is tested: the locked versions, each file checked against its sha256
+# (requirements-dev.lock holds requirements.lock's pins, the dev tools and the build backend;
+# hack/lock.sh makes both), then the project alone, built with that locked backend.
+.venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
+  -r requirements-dev.lock
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+  -e .
 
 echo "== ruff" >&2
 .venv/bin/ruff check .
@@ -21,6 +27,14 @@ echo "== mypy --strict" >&2
 .venv/bin/mypy
 echo "== import contracts" >&2
 .venv/bin/lint-imports
+echo "== helm chart" >&2
+GANGSCHED_HELM=$(bash hack/helm.sh)
+export GANGSCHED_HELM
+.venv/bin/python hack/chart_schema.py --check
+"$GANGSCHED_HELM" lint --strict charts/gangsched
+"$GANGSCHED_HELM" lint --strict charts/gangsched --set serviceMonitor.enabled=true \
+  --set namespace.create=true
+"$GANGSCHED_HELM" template gangsched charts/gangsched --namespace gangsched-system >/dev/null
 echo "== control plane (build or reuse)" >&2
 GANGSCHED_CP_BIN=$(bash hack/control-plane.sh)
 export GANGSCHED_CP_BIN

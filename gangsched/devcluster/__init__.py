@@ -1,6 +1,7 @@
 """A throwaway Kubernetes control plane (etcd + kube-apiserver + kwok) for end-to-end tests.
 
-Binaries come from ``hack/control-plane.sh`` (built from Go modules and cached by version).
+Binaries come from ``control-plane.sh``, package data beside this file (built from Go modules
+and cached by version; ``hack/control-plane.sh`` runs it in a checkout).
 """
 
 from gangsched.devcluster.controlplane import (

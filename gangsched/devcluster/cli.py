@@ -1,8 +1,10 @@
 """``gangsched dev-cluster up|down|status``: a local cluster for trying gangsched by hand.
 
 ``up`` starts a detached supervisor process that owns the control plane (etcd, kube-apiserver,
-kwok), applies crds/ and creates fake GPU nodes, then prints the kubeconfig path on its last
-line. ``down`` stops the supervisor, which stops everything it started.
+kwok), applies the PodGroup CRD (shipped in this package: ``crds/``, a copy of the
+repository's) and creates fake GPU nodes, then prints the kubeconfig path on its last line.
+``down`` stops the supervisor, which stops everything it started. Nothing here depends on a
+repository checkout: the build script and the CRD are package data.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from pathlib import Path
 
 __all__ = ["add_command", "default_state_dir"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# Package data (pyproject.toml), the same file as the repository's crds/ (a test checks it).
+CRDS = Path(__file__).resolve().with_name("crds")
 
 
 def default_state_dir() -> Path:
@@ -76,7 +79,7 @@ def _up(args: argparse.Namespace) -> int:
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
-        cwd=str(REPO_ROOT),
+        cwd=str(state),
     )
     print(f"building/starting the control plane (log: {state / 'supervisor.log'})", file=sys.stderr)
     deadline = time.monotonic() + args.timeout
@@ -138,7 +141,7 @@ def _supervise(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     with ControlPlane() as cp:
-        cp.apply(REPO_ROOT / "crds")
+        cp.apply(CRDS)
         cp.start_kwok()
         for i in range(args.nodes):
             cp.add_fake_node(f"gpu-node-{i}", args.cpu, args.memory, args.gpus_per_node)

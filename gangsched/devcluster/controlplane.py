@@ -9,8 +9,9 @@ asyncio and no Kubernetes client: processes via :mod:`subprocess`, checks via th
         cp.kubectl("get", "nodes")
 
 Binaries are looked up in this order: the ``bin_dir`` argument, ``$GANGSCHED_CP_BIN``, else
-``hack/control-plane.sh`` of the repository (which builds and caches them, honouring
-``$KUBEBUILDER_ASSETS``).
+the build script that ships in this package, ``control-plane.sh`` (which builds them from Go
+modules once, caches them by version under ``~/.cache/gangsched/control-plane`` and honours
+``$KUBEBUILDER_ASSETS``); nothing depends on a repository checkout.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ STAGES_FILE: Final = "kwok-stages.yaml"
 KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
 KWOK_NODE_SELECTOR: Final = f"{KWOK_NODE_ANNOTATION}=fake"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
-REPO_ROOT: Final = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT: Final = REPO_ROOT / "hack" / "control-plane.sh"
+# Package data (pyproject.toml): present in a checkout and in an installed wheel alike.
+BUILD_SCRIPT: Final = Path(__file__).resolve().with_name("control-plane.sh")
 
 _LOOPBACK: Final = "127.0.0.1"
 _STOP_GRACE_SECONDS: Final = 10.0
@@ -96,7 +97,7 @@ def _missing_binaries(bin_dir: Path) -> list[str]:
 
 
 def _build_env_key() -> tuple[tuple[str, str], ...]:
-    """The environment that hack/control-plane.sh depends on (the memo key of its answer)."""
+    """The environment that the build script depends on (the memo key of its answer)."""
     return tuple(
         sorted(
             (k, v)
@@ -108,11 +109,11 @@ def _build_env_key() -> tuple[tuple[str, str], ...]:
 
 @functools.cache
 def _run_build_script(env_key: tuple[tuple[str, str], ...]) -> Path:
-    """Run hack/control-plane.sh once per process and environment; return its output dir."""
+    """Run the build script once per process and environment; return its output dir."""
     del env_key  # only the memo key: the script reads os.environ itself
     if not BUILD_SCRIPT.is_file():
         raise ControlPlaneError(
-            f"{BUILD_SCRIPT} not found (not running from a checkout?); "
+            f"{BUILD_SCRIPT} not found (an incomplete installation?); "
             "pass bin_dir or set GANGSCHED_CP_BIN"
         )
     log.info("running %s", BUILD_SCRIPT)
@@ -135,8 +136,8 @@ def _run_build_script(env_key: tuple[tuple[str, str], ...]) -> Path:
 def find_binaries(bin_dir: str | os.PathLike[str] | None = None) -> Path:
     """Return a directory holding etcd, kube-apiserver, kubectl, kwok and kwok-stages.yaml.
 
-    Order: ``bin_dir``, ``$GANGSCHED_CP_BIN``, else run ``hack/control-plane.sh`` (builds from Go
-    modules on first use, which takes many minutes; afterwards it answers from its cache).
+    Order: ``bin_dir``, ``$GANGSCHED_CP_BIN``, else run the packaged ``control-plane.sh`` (builds
+    from Go modules on first use, which takes many minutes; afterwards it answers from its cache).
     """
     source: str
     if bin_dir is not None:

@@ -1,11 +1,27 @@
-"""Prometheus metrics, named in kube-scheduler's style. The core stays free of them: the
-service measures around the core's calls and counts its decisions."""
+"""Prometheus metrics. The core stays free of them: the service measures around the core's
+calls and counts its decisions.
+
+One naming rule: a metric that means what a kube-scheduler v1.36 metric means carries that
+metric's name (``scheduler_podgroup_schedule_attempts_total`` and
+``scheduler_podgroup_scheduling_attempt_duration_seconds``, kube-scheduler's pod group metrics,
+observed at the same point: the end of one gang cycle, before the bindings); every other metric
+is gangsched's own and starts with ``gangsched_``. kube-scheduler's ``scheduler_pending_pods``
+counts pods, ``gangsched_pending_podgroups`` counts gangs, so it keeps its own prefix."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-__all__ = ["Metrics"]
+__all__ = ["KUBE_SCHEDULER_NAMES", "OWN_PREFIX", "Metrics"]
+
+# The metrics named after kube-scheduler v1.36's (pkg/scheduler/metrics/metrics.go).
+KUBE_SCHEDULER_NAMES = frozenset(
+    {
+        "scheduler_podgroup_schedule_attempts_total",
+        "scheduler_podgroup_scheduling_attempt_duration_seconds",
+    }
+)
+OWN_PREFIX = "gangsched_"
 
 _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _E2E = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
@@ -28,29 +44,29 @@ class Metrics:
             registry=r,
         )
         self.e2e_duration = Histogram(
-            "scheduler_podgroup_e2e_scheduling_duration_seconds",
+            "gangsched_podgroup_e2e_scheduling_duration_seconds",
             "From a gang's first attempt to its bind decision.",
             buckets=_E2E,
             registry=r,
         )
         self.pending_gangs = Gauge(
-            "scheduler_pending_podgroups",
+            "gangsched_pending_podgroups",
             "Gangs waiting to be scheduled, by queue.",
             ["queue"],
             registry=r,
         )
         self.permit_waiting = Gauge(
-            "scheduler_podgroup_permit_waiting",
+            "gangsched_podgroup_permit_waiting",
             "Gangs holding reservations at Permit.",
             registry=r,
         )
         self.permit_timeouts = Counter(
-            "scheduler_podgroup_permit_timeouts_total",
+            "gangsched_podgroup_permit_timeouts_total",
             "Gangs whose Permit deadline passed; everything they held was released.",
             registry=r,
         )
         self.bindings = Counter(
-            "scheduler_bindings_total", "Pod bindings, by result.", ["result"], registry=r
+            "gangsched_bindings_total", "Pod bindings, by result.", ["result"], registry=r
         )
         self.gpus = Gauge(
             "gangsched_gpus",
