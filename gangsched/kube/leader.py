@@ -25,7 +25,8 @@ from typing import Any
 
 import structlog
 
-from gangsched.kube.client import ApiError, KubeClient
+from gangsched.kube.api import KubeApi
+from gangsched.kube.client import ApiError
 from gangsched.kube.reporter import rfc3339
 
 __all__ = ["Fence", "LeaderElector"]
@@ -59,7 +60,7 @@ class Fence:
 class LeaderElector:
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         namespace: str,
         name: str,
         identity: str,

@@ -25,7 +25,8 @@ from typing import Any
 
 import structlog
 
-from gangsched.kube.client import JSON, ApiError, KubeClient
+from gangsched.kube.api import KubeApi
+from gangsched.kube.client import JSON, ApiError
 
 __all__ = ["Reflector"]
 
@@ -43,7 +44,7 @@ FAILURE_LOG_EVERY = 30.0  # while failing, a warning at most this often
 class Reflector:
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         path: str,
         handler: Handler,
         *,

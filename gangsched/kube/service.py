@@ -36,7 +36,8 @@ from gangsched.core.resources import GPU
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
 from gangsched.kube.binder import Binder, BindResult
-from gangsched.kube.client import JSON, FenceCheck, FencedError, KubeClient
+from gangsched.kube.api import KubeApi
+from gangsched.kube.client import JSON, FenceCheck, FencedError
 from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
@@ -91,7 +92,7 @@ class SchedulerService:
     def __init__(
         self,
         core: Scheduler,
-        client: KubeClient,
+        client: KubeApi,
         binder: Binder,
         reporter: Reporter,
         metrics: Metrics | None = None,

@@ -26,7 +26,8 @@ from gangsched.core.volumes import (
     StorageClass,
     TopologyTerm,
 )
-from gangsched.kube.client import JSON, KubeClient
+from gangsched.kube.api import KubeApi
+from gangsched.kube.client import JSON
 from gangsched.kube.reflector import Reflector
 
 __all__ = [
@@ -310,7 +311,7 @@ def _delete_claim(core: Scheduler, key: str) -> None:
 
 
 def storage_reflectors(
-    client: KubeClient, core: Scheduler, poke: Callable[[], None]
+    client: KubeApi, core: Scheduler, poke: Callable[[], None]
 ) -> list[Reflector]:
     """List+watch reflectors for PersistentVolumeClaims, PersistentVolumes, StorageClasses
     and CSINodes (``storage.k8s.io/v1``), feeding the core's volume catalog."""

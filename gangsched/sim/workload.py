@@ -185,7 +185,7 @@ def trace_dirs(base: Path) -> list[Path]:
     if env:
         dirs.append(Path(env))
     repo = Path(__file__).resolve().parents[2]
-    dirs += [repo / "examples" / "traces", repo.parent / "shared" / "traces"]
+    dirs.append(repo / "examples" / "traces")
     return dirs
 
 

@@ -1,4 +1,6 @@
-"""The seeds' gang behaviours, in the simulator and through the core directly."""
+"""The gang behaviours of the designs gangsched follows (scheduler-plugins Coscheduling,
+kube-batch PodGroups, Koordinator gangs, Volcano task topology, delayed binding), in the
+simulator and through the core directly."""
 
 from __future__ import annotations
 
@@ -107,7 +109,7 @@ def test_topology_puts_ps_and_workers_together(tmp_path: Path) -> None:
     assert with_topology["cross_node_affine_pairs"] < without["cross_node_affine_pairs"]
 
 
-# ---- after the gang has started (seeds 001, 002) --------------------------------------------
+# ---- after the gang has started (kube-batch, Koordinator) --------------------------------------------
 def _core(once_alone: bool) -> tuple[Any, list[Pod]]:
     from gangsched.core.scheduler import Scheduler
 
