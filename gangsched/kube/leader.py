@@ -114,9 +114,10 @@ class LeaderElector:
         while True:
             await asyncio.sleep(self.retry_period)
             try:
-                renewed = await asyncio.wait_for(
-                    self.try_acquire_or_renew(), timeout=self.retry_period
-                )
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+                # cancellation that arrives as the renewal completes, and hold() would not stop.
+                async with asyncio.timeout(self.retry_period):
+                    renewed = await self.try_acquire_or_renew()
             except TimeoutError:
                 renewed = False
             if not renewed and self._now() - self._last_renew > self.renew_deadline:

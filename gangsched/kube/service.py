@@ -35,8 +35,8 @@ from gangsched.core.model import GangSpec
 from gangsched.core.resources import GPU
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
-from gangsched.kube.binder import Binder, BindResult
 from gangsched.kube.api import KubeApi
+from gangsched.kube.binder import Binder, BindResult
 from gangsched.kube.client import JSON, FenceCheck, FencedError
 from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.membership import Source
@@ -130,7 +130,9 @@ class SchedulerService:
                 for src, path, fn in CRD_SOURCES
             ),
             # Claims, volumes, storage classes, CSINodes: where pods with volumes may go.
-            *storage_reflectors(client, core, self.poke),
+            *storage_reflectors(
+                client, core, self.poke, slice_seconds=slice_seconds, on_yield=self._turned
+            ),
         ]
         self.ready = asyncio.Event()
         self._relists_seen: dict[str, int] = {}
@@ -214,8 +216,11 @@ class SchedulerService:
             wake_at = core.next_wakeup()
             timeout = MAX_IDLE if wake_at is None else max(0.0, wake_at - core.clock.now())
             self._wake.clear()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that comes as the wake-up does, and shutdown would wait for this loop forever
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(timeout, MAX_IDLE) + 0.001)
+                async with asyncio.timeout(min(timeout, MAX_IDLE) + 0.001):
+                    await self._wake.wait()
 
     async def _until_synced(self) -> None:
         """Wait for every reflector's first list. Meanwhile ``last_turn`` keeps saying that

@@ -1,6 +1,6 @@
 """Storage objects for the core: PersistentVolumeClaims, PersistentVolumes, StorageClasses and
 CSINodes (JSON dicts) into ``gangsched.core.volumes`` dataclasses, and the reflectors that keep
-the core's volume catalog current.
+the core's volume catalog current (a full list handled in slices that yield to the event loop).
 
 The translators never raise. What cannot be read is translated so that nothing is placed on
 the strength of it: an unreadable claim stays unbound and not WaitForFirstConsumer (its pods
@@ -10,7 +10,7 @@ provision and binds immediately, an unreadable CSINode publishes no limits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from gangsched.core.model import AffinityTerm, LabelSelector, Requirement
@@ -28,7 +28,8 @@ from gangsched.core.volumes import (
 )
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON
-from gangsched.kube.reflector import Reflector
+from gangsched.kube.reflector import Handler, Reflector
+from gangsched.kube.slicing import SLICE_SECONDS, in_slices
 
 __all__ = [
     "claim_from",
@@ -271,20 +272,29 @@ def _handler(
     upsert: Callable[[JSON], None],
     delete: Callable[[str], None],
     poke: Callable[[], None],
-) -> Callable[[str, JSON], None]:
-    """A watch handler that keeps a set of keys, so a relist drops what disappeared."""
+    budget: float,
+    on_yield: Callable[[], None] | None,
+) -> Handler:
+    """A watch handler that keeps a set of keys, so a relist drops what disappeared. A full
+    list ("SYNC") is handled by the awaitable it returns, in slices of ``budget`` seconds that
+    yield to the event loop (see slicing.py); the reflector awaits it before the next event."""
     known: set[str] = set()
 
-    def handle(kind: str, obj: JSON) -> None:
+    def keep(key: str, item: JSON) -> None:
+        known.add(key)
+        upsert(item)
+
+    async def sync(items: list[JSON]) -> None:
+        fresh = {key_of(item): item for item in items}
+        await in_slices(known - fresh.keys(), delete, budget, on_yield=on_yield)
+        known.clear()
+        await in_slices(fresh.items(), lambda kv: keep(*kv), budget, on_yield=on_yield)
+        poke()
+
+    def handle(kind: str, obj: JSON) -> Awaitable[None] | None:
         if kind == "SYNC":
-            fresh = {key_of(item): item for item in obj.get("items") or []}
-            for gone in known - fresh.keys():
-                delete(gone)
-            known.clear()
-            for key, item in fresh.items():
-                known.add(key)
-                upsert(item)
-        elif kind == "DELETED":
+            return sync(obj.get("items") or [])
+        if kind == "DELETED":
             key = key_of(obj)
             known.discard(key)
             delete(key)
@@ -292,6 +302,7 @@ def _handler(
             known.add(key_of(obj))
             upsert(obj)
         poke()
+        return None
 
     return handle
 
@@ -311,49 +322,56 @@ def _delete_claim(core: Scheduler, key: str) -> None:
 
 
 def storage_reflectors(
-    client: KubeApi, core: Scheduler, poke: Callable[[], None]
+    client: KubeApi,
+    core: Scheduler,
+    poke: Callable[[], None],
+    *,
+    slice_seconds: float = SLICE_SECONDS,
+    on_yield: Callable[[], None] | None = None,
 ) -> list[Reflector]:
     """List+watch reflectors for PersistentVolumeClaims, PersistentVolumes, StorageClasses
-    and CSINodes (``storage.k8s.io/v1``), feeding the core's volume catalog."""
+    and CSINodes (``storage.k8s.io/v1``), feeding the core's volume catalog. Their full lists
+    are handled in slices of ``slice_seconds`` (``on_yield`` is called at each yield)."""
+
+    def handler(
+        key_of: Callable[[JSON], str],
+        upsert: Callable[[JSON], None],
+        delete: Callable[[str], None],
+    ) -> Handler:
+        return _handler(key_of, upsert, delete, poke, slice_seconds, on_yield)
+
     return [
         Reflector(
             client,
             "/api/v1/persistentvolumeclaims",
-            _handler(
+            handler(
                 _namespaced_key,
                 lambda o: core.claim_upsert(claim_from(o)),
                 lambda k: _delete_claim(core, k),
-                poke,
             ),
             name="persistentvolumeclaims",
         ),
         Reflector(
             client,
             "/api/v1/persistentvolumes",
-            _handler(
-                _cluster_key, lambda o: core.volume_upsert(pv_from(o)), core.volume_delete, poke
-            ),
+            handler(_cluster_key, lambda o: core.volume_upsert(pv_from(o)), core.volume_delete),
             name="persistentvolumes",
         ),
         Reflector(
             client,
             "/apis/storage.k8s.io/v1/storageclasses",
-            _handler(
+            handler(
                 _cluster_key,
                 lambda o: core.storage_class_upsert(storage_class_from(o)),
                 core.storage_class_delete,
-                poke,
             ),
             name="storageclasses",
         ),
         Reflector(
             client,
             "/apis/storage.k8s.io/v1/csinodes",
-            _handler(
-                _cluster_key,
-                lambda o: core.csinode_upsert(csinode_from(o)),
-                core.csinode_delete,
-                poke,
+            handler(
+                _cluster_key, lambda o: core.csinode_upsert(csinode_from(o)), core.csinode_delete
             ),
             name="csinodes",
         ),

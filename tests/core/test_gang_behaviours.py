@@ -109,7 +109,7 @@ def test_topology_puts_ps_and_workers_together(tmp_path: Path) -> None:
     assert with_topology["cross_node_affine_pairs"] < without["cross_node_affine_pairs"]
 
 
-# ---- after the gang has started (kube-batch, Koordinator) --------------------------------------------
+# ---- after the gang has started (kube-batch, Koordinator) ------------------------------------
 def _core(once_alone: bool) -> tuple[Any, list[Pod]]:
     from gangsched.core.scheduler import Scheduler
 

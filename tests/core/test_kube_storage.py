@@ -472,7 +472,7 @@ async def test_claim_deleted_while_waiting_fails_the_gang() -> None:
 # ---- watches -----------------------------------------------------------------------------
 
 
-def test_storage_watches_feed_the_catalog_and_relists_drop_what_went_away() -> None:
+async def test_storage_watches_feed_the_catalog_and_relists_drop_what_went_away() -> None:
     core = Scheduler(CoreConfig(), FakeClock())
     pokes: list[int] = []
     reflectors = {
@@ -486,26 +486,30 @@ def test_storage_watches_feed_the_catalog_and_relists_drop_what_went_away() -> N
         "csinodes",
     }
 
-    def feed(name: str, kind: str, obj: dict[str, Any]) -> None:
-        reflectors[name]._handler(kind, obj)
+    async def feed(name: str, kind: str, obj: dict[str, Any]) -> None:
+        """As the reflector hands an event over: a full list's awaitable is awaited."""
+        result = reflectors[name]._handler(kind, obj)
+        assert (result is not None) == (kind == "SYNC"), "only a full list is handled later"
+        if result is not None:
+            await result
 
     cat = core.cache.volumes
     other = {**CLAIM, "metadata": {**CLAIM["metadata"], "name": "other"}}
-    feed("persistentvolumeclaims", "SYNC", {"items": [CLAIM, other]})
+    await feed("persistentvolumeclaims", "SYNC", {"items": [CLAIM, other]})
     assert set(cat.claims) == {"ml/data", "ml/other"}
-    feed("persistentvolumeclaims", "DELETED", other)
+    await feed("persistentvolumeclaims", "DELETED", other)
     assert set(cat.claims) == {"ml/data"}
-    feed("persistentvolumeclaims", "ADDED", other)
-    feed("persistentvolumeclaims", "SYNC", {"items": [other]})
+    await feed("persistentvolumeclaims", "ADDED", other)
+    await feed("persistentvolumeclaims", "SYNC", {"items": [other]})
     assert set(cat.claims) == {"ml/other"}
-    feed("persistentvolumes", "SYNC", {"items": [PV]})
+    await feed("persistentvolumes", "SYNC", {"items": [PV]})
     assert set(cat.volumes) == {"pv-1"}
-    feed("persistentvolumes", "SYNC", {"items": []})
+    await feed("persistentvolumes", "SYNC", {"items": []})
     assert cat.volumes == {}
-    feed("storageclasses", "ADDED", {"metadata": {"name": "fast"}, "provisioner": "p"})
+    await feed("storageclasses", "ADDED", {"metadata": {"name": "fast"}, "provisioner": "p"})
     assert cat.classes["fast"] == StorageClass("fast", "p")
-    feed("storageclasses", "DELETED", {"metadata": {"name": "fast"}})
+    await feed("storageclasses", "DELETED", {"metadata": {"name": "fast"}})
     assert cat.classes == {}
-    feed("csinodes", "MODIFIED", {"metadata": {"name": "n1"}, "spec": {"drivers": []}})
+    await feed("csinodes", "MODIFIED", {"metadata": {"name": "n1"}, "spec": {"drivers": []}})
     assert cat.csi_nodes == {"n1": CSINode("n1")}
     assert len(pokes) == 9

@@ -102,3 +102,63 @@ async def test_what_went_away_while_the_watch_was_down_is_dropped_by_the_relist(
     await until("the relist", lambda: claims.relists == 1)
     await until("the claim dropped", lambda: rig.catalog.claims == {})
     assert "pv" in rig.catalog.volumes, "the other kinds relist too, and keep what is there"
+
+
+async def test_a_long_list_goes_in_by_slices_while_the_loop_turns() -> None:
+    """A full list is handled in slices that yield to the event loop (here after every
+    object): other tasks run meanwhile, and the catalog ends as the list says."""
+    kube = FakeKube()
+    kube.seed(CLAIMS, *({"metadata": {"name": f"c{i}"}} for i in range(100)))
+    core = Scheduler(CoreConfig(), FakeClock())
+    pokes: list[int] = []
+    seen_at_yield: list[int] = []
+    reflectors = {
+        r.name: r
+        for r in storage_reflectors(
+            kube,
+            core,
+            lambda: pokes.append(1),
+            slice_seconds=0.0,
+            on_yield=lambda: seen_at_yield.append(len(core.cache.volumes.claims)),
+        )
+    }
+    claims = reflectors["persistentvolumeclaims"]
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(other())
+    tasks = [asyncio.create_task(r.run()) for r in reflectors.values()]
+    try:
+        await until("the first lists", lambda: all(r.synced.is_set() for r in reflectors.values()))
+        assert set(core.cache.volumes.claims) == {f"ml/c{i}" for i in range(100)}
+        assert seen_at_yield[:3] == [1, 2, 3], "one claim per slice"
+        assert turns >= 100, "another task ran between the slices"
+        assert len(pokes) == 4, "each list wakes the scheduler once, at its end"
+
+        # A relist after missed events: 50 claims gone, 10 new.
+        await until("the watches", lambda: kube.watching == 4)
+        back = kube.hold("watch", "/persistentvolumeclaims$", times=1)
+        kube.end_watches()
+        await until(
+            "the claims' watch back, held",
+            lambda: len(kube.sent("watch", "/persistentvolumeclaims$")) == 2,
+        )
+        for i in range(50):
+            kube.remove(f"{CLAIMS}/c{i}")
+        kube.seed(CLAIMS, *({"metadata": {"name": f"d{i}"}} for i in range(10)))
+        kube.compact()
+        seen_at_yield.clear()
+        back.set()
+        await until("the relist", lambda: claims.relists == 1 and len(pokes) == 5)
+        want = {f"ml/c{i}" for i in range(50, 100)} | {f"ml/d{i}" for i in range(10)}
+        assert set(core.cache.volumes.claims) == want
+        assert seen_at_yield[:50] == list(range(99, 49, -1)), "what went away first, by slices"
+    finally:
+        for t in [*tasks, ticker]:
+            t.cancel()
+        await asyncio.gather(*tasks, ticker, return_exceptions=True)

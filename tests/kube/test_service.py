@@ -1,0 +1,468 @@
+"""The scheduler service against the fake API server, with the real core on a fake clock: what
+it waits for before it schedules, what it sends (bindings, events, pod conditions, PodGroup
+status) and what it refuses to send (anything after it lost the lease), in milliseconds.
+
+Handler-level behaviour (status convergence by relist and resync, per-gang state going away,
+slices) is in tests/core/test_status_writes.py and tests/core/test_relist_slices.py; here the
+service runs whole: its reflectors list and watch the fake, its loop schedules, its binder and
+reporter write through the fake."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from gangsched.core.clock import FakeClock
+from gangsched.core.config import CoreConfig
+from gangsched.core.scheduler import Scheduler
+from gangsched.kube import service as service_module
+from gangsched.kube.binder import Binder
+from gangsched.kube.outbox import Outbox
+from gangsched.kube.reporter import Reporter
+from gangsched.kube.service import SchedulerService
+from tests.support.fakekube import APPLY, FakeKube, Request
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/namespaces/ml/pods"
+PODGROUPS = "/apis/gangsched.io/v1alpha1/namespaces/ml/podgroups"
+XK8S_PODGROUPS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ml/podgroups"
+EVENTS = "/apis/events.k8s.io/v1/namespaces/ml/events"
+GANG_LABEL = "gangsched.io/pod-group"
+XK8S_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
+async def until(what: str, cond: Callable[[], bool], timeout: float = 2.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.001)
+
+
+def node(name: str, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "allocatable": {
+                "cpu": "64",
+                "memory": "512Gi",
+                "nvidia.com/gpu": str(gpus),
+                "pods": "110",
+            },
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(
+    name: str,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    gpus: int = 1,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "schedulerName": "gangsched",
+            "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def podgroup(name: str, min_member: int, api: str = "gangsched.io/v1alpha1") -> dict[str, Any]:
+    return {
+        "apiVersion": api,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "ml"},
+        "spec": {"minMember": min_member},
+    }
+
+
+def members(name: str, n: int, label: str = GANG_LABEL, **kw: Any) -> list[dict[str, Any]]:
+    return [pod(f"{name}-{i}", {label: name}, **kw) for i in range(n)]
+
+
+class Rig:
+    """A service as the app composes it, on the fake: a real outbox, reporter and binder."""
+
+    def __init__(self, kube: FakeKube) -> None:
+        self.kube = kube
+        self.leading = True
+        self.fence_checks = 0
+        self.clock = FakeClock(1_000.0)
+        self.core = Scheduler(CoreConfig(), self.clock)
+        self.outbox = Outbox()
+        self.reporter = Reporter(kube, self.outbox, "test")
+        self.binder = Binder(
+            kube,
+            self.core.bind_failed,
+            retry_delay=0.001,
+            volumes=self.core.volumes,
+            fence=self.fence,
+        )
+        self.service = SchedulerService(
+            self.core,
+            kube,
+            self.binder,
+            self.reporter,
+            fence=self.fence,
+            status_resync_seconds=0,
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    def fence(self) -> bool:
+        self.fence_checks += 1
+        return self.leading
+
+    def start(self) -> None:
+        self.outbox.start()
+        self.task = asyncio.create_task(self.service.run())
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            done, _ = await asyncio.wait([self.task], timeout=service_module.BIND_GRACE + 1)
+            assert done, "the service did not stop"
+        await self.outbox.stop()
+
+    # ---- what the fake saw ---------------------------------------------------------------
+    def bindings(self) -> list[str]:
+        """The pods whose binding reached the API server, in order."""
+        return [r.path.split("/")[-2] for r in self.kube.sent("create", "/binding$")]
+
+    def node_of(self, name: str) -> str:
+        obj = self.kube.get_object(f"{PODS}/{name}") or {}
+        return str((obj.get("spec") or {}).get("nodeName") or "")
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [o for o in self.kube.list_objects(EVENTS) if o.get("reason") == reason]
+
+    def event_pods(self, reason: str) -> set[str]:
+        return {e["regarding"]["name"] for e in self.events(reason)}
+
+    def condition(self, name: str) -> dict[str, Any] | None:
+        obj = self.kube.get_object(f"{PODS}/{name}") or {}
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c.get("type") == "PodScheduled"), None)
+
+    def status_writes(self, name: str) -> list[Request]:
+        return [
+            r
+            for r in self.kube.sent("patch", f"/podgroups/{name}/status$")
+            if r.content_type == APPLY
+        ]
+
+    def status(self, name: str) -> dict[str, Any]:
+        obj = self.kube.get_object(f"{PODGROUPS}/{name}") or {}
+        return dict(obj.get("status") or {})
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    r = Rig(FakeKube())
+    try:
+        yield r
+    finally:
+        await r.stop()
+
+
+# ---- the start ---------------------------------------------------------------------------
+
+
+async def test_scheduling_starts_only_after_every_first_list(rig: Rig) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODGROUPS, podgroup("train", 2))
+    kube.seed(PODS, *members("train", 2))
+    gate = kube.hold("list", "/csinodes$", times=1)  # one kind's first list is slow
+    rig.start()
+    await until(
+        "the lists but one", lambda: sum(not r.synced.is_set() for r in rig.service.reflectors) == 1
+    )
+    assert rig.core.group_size("ml/train") == 2, "the service has the gang"
+    assert not rig.service.ready.is_set()
+    assert rig.bindings() == [] and rig.status_writes("train") == []
+    gate.set()
+    await until("ready", rig.service.ready.is_set)
+    await until("the gang bound", lambda: len(rig.bindings()) == 2)
+    assert sorted(rig.bindings()) == ["train-0", "train-1"]
+
+
+async def test_a_gang_waits_for_its_members_then_binds_whole(rig: Rig) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"), node("n1"))
+    kube.seed(PODGROUPS, podgroup("train", 3))
+    pods = members("train", 3, gpus=4)
+    kube.seed(PODS, *pods[:2])
+    rig.start()
+    await until(
+        "the status to say it waits",
+        lambda: rig.status("train").get("message") == "2 of 3 members exist; waiting for more pods",
+    )
+    assert rig.bindings() == []
+    kube.seed(PODS, pods[2])
+    await until("the gang bound", lambda: len(rig.bindings()) == 3)
+    for req in kube.sent("create", "/binding$"):
+        name = req.body["metadata"]["name"]
+        uid = (kube.get_object(f"{PODS}/{name}") or {})["metadata"]["uid"]
+        assert req.body["metadata"]["uid"] == uid, "the pod's UID is the precondition"
+    assert sorted(rig.node_of(p["metadata"]["name"]) for p in pods) == ["n0", "n0", "n1"]
+    await until("every member's Scheduled event", lambda: len(rig.event_pods("Scheduled")) == 3)
+    await until("the status to say it", lambda: rig.status("train").get("phase") == "Scheduled")
+    assert rig.status("train")["scheduled"] == 3
+
+
+# ---- shutdown ----------------------------------------------------------------------------
+
+
+async def _idle(rig: Rig) -> None:
+    """Until the scheduling loop waits for work: it clears its wake-up just before it waits,
+    with no await in between."""
+    rig.service.poke()
+    await until("the loop to wait for work", lambda: not rig.service._wake.is_set())
+
+
+async def test_shutdown_ends_though_a_wake_up_comes_with_it(rig: Rig) -> None:
+    """A watch event and the cancellation in the same turn of the loop: the scheduling loop
+    must not take the wake-up and go on waiting (asyncio.wait_for on Python 3.11 did)."""
+    rig.kube.seed(NODES, node("n0"))
+    rig.start()
+    await until("ready", rig.service.ready.is_set)
+    await _idle(rig)
+    assert rig.task is not None
+    rig.service.poke()
+    rig.task.cancel()
+    done, _ = await asyncio.wait([rig.task], timeout=1.0)
+    assert done, "the service never stopped"
+    assert rig.task.cancelled()
+
+
+async def test_shutdown_sees_bindings_under_way_through(rig: Rig) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODGROUPS, podgroup("train", 2))
+    kube.seed(PODS, *members("train", 2))
+    gate = kube.hold("create", "/binding$")
+    rig.start()
+    await until("both bindings sent", lambda: len(rig.bindings()) == 2)
+    assert rig.task is not None
+    rig.task.cancel()  # SIGTERM while the API server has not answered yet
+    await until("the watches stopped", lambda: kube.watching == 0)
+    assert not rig.task.done(), "the service waits for its bindings"
+    gate.set()
+    await asyncio.wait([rig.task], timeout=1.0)
+    assert rig.task.cancelled()
+    assert [rig.node_of("train-0"), rig.node_of("train-1")] == ["n0", "n0"]
+    await rig.outbox.drain(1.0)
+    assert rig.event_pods("Scheduled") == {"train-0", "train-1"}, "what they bound is reported"
+
+
+async def test_shutdown_waits_for_bindings_no_longer_than_the_grace(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_module, "BIND_GRACE", 0.05)
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODS, pod("solo"))
+    kube.hold("create", "/binding$")  # an API server that never answers
+    rig.start()
+    await until("the binding sent", lambda: rig.bindings() == ["solo"])
+    assert rig.task is not None
+    began = time.monotonic()
+    rig.task.cancel()
+    done, _ = await asyncio.wait([rig.task], timeout=1.0)
+    assert done and rig.task.cancelled()
+    assert 0.05 <= time.monotonic() - began < 0.5
+    assert rig.node_of("solo") == ""
+
+
+# ---- relists -----------------------------------------------------------------------------
+
+
+def bound(name: str, node_name: str) -> dict[str, Any]:
+    obj = pod(name)
+    obj["spec"]["nodeName"] = node_name
+    obj["status"]["phase"] = "Running"
+    return obj
+
+
+async def test_a_relist_deletes_from_the_core_what_went_away_unseen(rig: Rig) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"), node("n1"))
+    [a, _] = kube.seed(PODS, bound("a", "n1"), bound("b", "n0"))
+    rig.start()
+    await until("ready", rig.service.ready.is_set)
+    core = rig.core
+    assert core.gauges().allocatable["nvidia.com/gpu"] == 16
+    assert core.gauges().requested["nvidia.com/gpu"] == 2
+    relisted = {r.name: r for r in rig.service.reflectors}
+    await until("every watch", lambda: kube.watching == len(relisted))
+    pods_and_nodes = "^/api/v1/(pods|nodes)$"
+    back = kube.hold("watch", pods_and_nodes, times=2)
+    kube.end_watches()
+    await until("their watches back, held", lambda: len(kube.sent("watch", pods_and_nodes)) == 4)
+    kube.remove(f"{PODS}/a")  # seen by no watch
+    kube.remove(f"{NODES}/n1")
+    [c] = kube.seed(PODS, bound("c", "n0"))
+    kube.compact()  # and the watches cannot resume from where they were
+    back.set()
+    await until("both relisted", lambda: relisted["pods"].relists == relisted["nodes"].relists == 1)
+    assert core.pod(a["metadata"]["uid"]) is None
+    assert core.pod(c["metadata"]["uid"]) is not None
+    assert core.gauges().allocatable["nvidia.com/gpu"] == 8, "n1 is gone"
+    assert core.gauges().requested["nvidia.com/gpu"] == 2, "b and c on n0"
+
+
+# ---- PodGroup conventions ----------------------------------------------------------------
+
+
+def min_member(rig: Rig, key: str) -> int | None:
+    view = rig.core.view(key)
+    return None if view is None else view.min_member
+
+
+async def test_a_gangsched_podgroup_stands_over_a_scheduler_plugins_one_of_the_same_name(
+    rig: Rig,
+) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(XK8S_PODGROUPS, podgroup("train", 3, api="scheduling.x-k8s.io/v1alpha1"))
+    kube.seed(PODS, *members("train", 2, label=XK8S_LABEL))
+    rig.start()
+    await until(
+        "the gang refused", lambda: rig.event_pods("FailedScheduling") == {"train-0", "train-1"}
+    )
+    assert min_member(rig, "ml/train") == 3 and rig.bindings() == []
+    kube.seed(PODGROUPS, podgroup("train", 2))
+    await until("the gang bound", lambda: sorted(rig.bindings()) == ["train-0", "train-1"])
+    assert min_member(rig, "ml/train") == 2
+    await until("its status", lambda: rig.status("train").get("phase") == "Scheduled")
+    kube.remove(f"{PODGROUPS}/train")
+    await until("the scheduler-plugins one again", lambda: min_member(rig, "ml/train") == 3)
+    assert kube.sent("patch", "scheduling.x-k8s.io") == [], "another project's status is not ours"
+
+
+async def test_a_pod_that_declares_its_gang_differently_is_refused_with_an_event(
+    rig: Rig,
+) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    volcano = {"scheduling.k8s.io/group-name": "g", "scheduling.k8s.io/group-pod-num": "2"}
+    koordinator = {
+        "gang.scheduling.koordinator.sh/name": "g",
+        "gang.scheduling.koordinator.sh/min-available": "3",
+    }
+    # listed in this order: "first" declares the gang, then "other" differently
+    kube.seed(PODS, pod("first", annotations=volcano), pod("other", annotations=koordinator))
+    rig.start()
+    await until("the refusal", lambda: "other" in rig.event_pods("FailedScheduling"))
+    [event] = [e for e in rig.events("FailedScheduling") if e["regarding"]["name"] == "other"]
+    assert "declares gang ml/g differently from its other members" in event["note"]
+    assert "minMember 3 vs 2" in event["note"]
+    await until("its condition", lambda: rig.condition("other") is not None)
+    cond = rig.condition("other") or {}
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+    assert "differently" in cond["message"]
+    assert min_member(rig, "ml/g") == 2, "the first declaration stands"
+    kube.seed(PODS, pod("second", annotations=volcano))
+    await until("the gang bound", lambda: sorted(rig.bindings()) == ["first", "second"])
+    assert rig.node_of("other") == ""
+
+
+# ---- what people see ---------------------------------------------------------------------
+
+
+async def test_an_unschedulable_gang_says_so_on_every_member_and_once(rig: Rig) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODGROUPS, podgroup("big", 2))
+    kube.seed(PODS, *members("big", 2, gpus=8))  # 16 GPUs, the cluster has 8
+    rig.start()
+    names = {"big-0", "big-1"}
+    await until("the events", lambda: rig.event_pods("FailedScheduling") == names)
+    await until("the conditions", lambda: all(rig.condition(n) for n in names))
+    for n in names:
+        cond = rig.condition(n) or {}
+        assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+        assert cond["message"].startswith("Unschedulable: ")
+
+    def scheduled() -> dict[str, Any]:
+        conds = rig.status("big").get("conditions") or []
+        return next((c for c in conds if c["type"] == "Scheduled"), {})
+
+    await until("the status", lambda: scheduled().get("reason") == "Unschedulable")
+    assert (rig.status("big")["phase"], scheduled()["status"]) == ("Scheduling", "False")
+    await rig.outbox.drain(1.0)
+    writes = len(kube.sent())
+    [*_, last] = rig.status_writes("big")
+    # Tried again with the same outcome: only the time of the failure is new.
+    attempts = rig.service.stats.unschedulable
+    rig.clock.advance(600)
+    rig.service.poke()
+    await until("another attempt", lambda: rig.service.stats.unschedulable > attempts)
+    await rig.outbox.drain(1.0)
+    [again] = kube.sent()[writes:]
+    assert again.path == last.path and again.content_type == APPLY
+    was, now = last.body["status"], again.body["status"]
+    assert now.pop("lastFailureTime") > was.pop("lastFailureTime")
+    assert now == was, "no event, no pod condition, the status the same but for the time"
+    # A member changed in a way that changes nothing said: nothing is written.
+    obj = kube.get_object(f"{PODS}/big-0") or {}
+    obj["metadata"]["labels"]["team"] = "a"
+    [changed] = kube.seed(PODS, obj)
+    rv = changed["metadata"]["resourceVersion"]
+    uid = changed["metadata"]["uid"]
+    await until("the change seen", lambda: getattr(rig.core.pod(uid), "resource_version", "") == rv)
+    await rig.outbox.drain(1.0)
+    assert len(kube.sent()) == writes + 1
+
+
+# ---- the fence ---------------------------------------------------------------------------
+
+
+async def test_a_deposed_service_decides_and_sends_nothing_more(rig: Rig) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODGROUPS, podgroup("first", 2), podgroup("later", 2))
+    kube.seed(PODS, *members("first", 2))
+    rig.start()
+    await until("the first gang bound", lambda: len(rig.bindings()) == 2)
+    rig.leading = False  # the lease could not be renewed in time
+    checks = rig.fence_checks
+    [later, _] = kube.seed(PODS, *members("later", 2))
+    await until("the new gang seen", lambda: rig.core.group_size("ml/later") == 2)
+    await until("the fence consulted", lambda: rig.fence_checks > checks)
+    await rig.outbox.drain(1.0)
+    assert len(rig.bindings()) == 2 and kube.fenced == []
+    assert rig.service.stats.bind_gangs == 1
+    pod_ = rig.core.pod(later["metadata"]["uid"])
+    assert pod_ is not None and not pod_.node_name
+
+
+async def test_bindings_of_a_gang_not_sent_when_the_lease_is_lost_midway(rig: Rig) -> None:
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODGROUPS, podgroup("train", 4))
+    kube.seed(PODS, *members("train", 4))
+
+    def lose(_: Request) -> None:
+        rig.leading = False
+
+    kube.before("create", "/binding$", lose)  # lost just as the first binding is sent
+    rig.start()
+    await until("the rest fenced", lambda: len(kube.fenced) == 3)
+    assert len(rig.bindings()) == 1
+    assert all(r.path.endswith("/binding") for r in kube.fenced)
+    await rig.outbox.drain(1.0)
+    assert rig.events("Scheduled") == [], "a deposed scheduler reports nothing"
