@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -134,3 +136,13 @@ def condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
 
 def names(prefix: str, n: int) -> Sequence[str]:
     return [f"{prefix}-{i}" for i in range(n)]
+
+
+def http_status(port: int, path: str) -> int:
+    """The HTTP status a local daemon's health endpoint answers (/healthz, /readyz)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            code: int = resp.status
+            return code
+    except urllib.error.HTTPError as e:
+        return e.code

@@ -20,8 +20,6 @@ import os
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
@@ -34,7 +32,7 @@ from gangsched.devcluster import ControlPlane
 from gangsched.settings import load_settings
 
 from .conftest import REPO, SchedulerProcess
-from .kube import bound, create, pod, podgroup, wait_for
+from .kube import bound, create, http_status, pod, podgroup, wait_for
 
 Nodes = Callable[..., dict[str, str]]
 Objects = dict[tuple[str, str], dict[str, Any]]
@@ -390,22 +388,13 @@ def chart_daemon(
         proc.stop()
 
 
-def _status(port: int, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-            code: int = resp.status
-            return code
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def test_chart_service_account_leads_and_schedules_a_gang(
     installed: ControlPlane, chart_daemon: SchedulerProcess, ns: str, nodes: Nodes
 ) -> None:
     cp = installed
     lease = cp.kubectl_json("get", "lease", "gangsched", "-n", NAMESPACE)
     assert lease["spec"]["holderIdentity"] == IDENTITY
-    wait_for("/readyz 200", lambda: _status(chart_daemon.port, "/readyz") == 200)
+    wait_for("/readyz 200", lambda: http_status(chart_daemon.port, "/readyz") == 200)
     sel = nodes(1, gpus=2)
     create(cp, podgroup("ddp", ns, 2))
     for i in range(2):

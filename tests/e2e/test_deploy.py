@@ -20,8 +20,6 @@ import json
 import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,18 @@ from gangsched.devcluster import ControlPlane
 from gangsched.settings import Settings, load_settings
 
 from .conftest import REPO, SchedulerProcess
-from .kube import bound, condition, create, event_reasons, get_pg, pod, podgroup, pods, wait_for
+from .kube import (
+    bound,
+    condition,
+    create,
+    event_reasons,
+    get_pg,
+    http_status,
+    pod,
+    podgroup,
+    pods,
+    wait_for,
+)
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -324,15 +333,6 @@ def sa_daemon(
         proc.stop()
 
 
-def _get(port: int, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
-            status: int = resp.status
-            return status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 def _sa_requests(cp: ControlPlane) -> list[dict[str, Any]]:
     """The ServiceAccount's requests in the audit log, each once (a watch's ResponseStarted
     and ResponseComplete are one request)."""
@@ -366,8 +366,8 @@ def test_service_account_leads_and_is_healthy(
     """leases create/get/update in gangsched-system; the probes' endpoints answer."""
     assert _lease_holder(control_plane) == IDENTITY
     assert "leading" in _log(sa_daemon)
-    wait_for("/readyz 200", lambda: _get(sa_daemon.port, "/readyz") == 200)
-    assert _get(sa_daemon.port, "/healthz") == 200
+    wait_for("/readyz 200", lambda: http_status(sa_daemon.port, "/readyz") == 200)
+    assert http_status(sa_daemon.port, "/healthz") == 200
     # renewals (update) go on: the lease's renewTime moves
     first = control_plane.kubectl_json("get", "lease", LEASE, "-n", NAMESPACE)["spec"]
     wait_for(
