@@ -6,7 +6,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gangsched.devcluster import ControlPlane
@@ -146,3 +146,16 @@ def http_status(port: int, path: str) -> int:
             return code
     except urllib.error.HTTPError as e:
         return e.code
+
+
+def refused(cp: ControlPlane, ns: str, names: Iterable[str], says: str = "") -> dict[str, str]:
+    """The PodScheduled=False message of each of these pods once every one has one (that
+    contains ``says``), else {}: the scheduler saw them and decided not to place them."""
+    state = pods(cp, ns)
+    found: dict[str, str] = {}
+    for name in names:
+        cond = condition(state.get(name) or {}, "PodScheduled")
+        if cond is None or cond.get("status") != "False" or says not in cond.get("message", ""):
+            return {}
+        found[name] = cond.get("message", "")
+    return found

@@ -11,20 +11,20 @@ from typing import Any
 from gangsched.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
-from .kube import bound, condition, create, event_reasons, get_pg, pod, podgroup, pods, wait_for
+from .kube import (
+    bound,
+    condition,
+    create,
+    event_reasons,
+    get_pg,
+    pod,
+    podgroup,
+    pods,
+    refused,
+    wait_for,
+)
 
 Nodes = Callable[..., dict[str, str]]
-
-
-def waiting(cp: ControlPlane, ns: str, names: list[str], says: str) -> bool:
-    """Whether every one of these pods has PodScheduled=False with a message containing
-    ``says``: the scheduler saw them and decided they wait."""
-    state = pods(cp, ns)
-    for name in names:
-        cond = condition(state.get(name) or {}, "PodScheduled")
-        if cond is None or cond.get("status") != "False" or says not in cond.get("message", ""):
-            return False
-    return True
 
 
 def _member(name: str, ns: str, sel: dict[str, str], **meta: Any) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def test_scheduler_plugins_podgroup(
         create(cp, _member(f"job-{i}", ns, sel, labels={"scheduling.x-k8s.io/pod-group": "job"}))
     wait_for(
         "both members told they wait for a third",
-        lambda: waiting(cp, ns, ["job-0", "job-1"], "2 of 3 members exist"),
+        lambda: bool(refused(cp, ns, ["job-0", "job-1"], "2 of 3 members exist")),
     )
     assert "FailedScheduling" in event_reasons(cp, ns, "job-0")
     assert bound(cp, ns) == {}, "2 of minMember 3 must not bind"
@@ -82,7 +82,7 @@ def test_volcano_podgroup_with_task_minimums(
         )
     wait_for(
         "the workers told they wait for the ps role",
-        lambda: waiting(cp, ns, [f"w-{i}" for i in range(3)], "(by role: worker=3)"),
+        lambda: bool(refused(cp, ns, [f"w-{i}" for i in range(3)], "(by role: worker=3)")),
     )
     assert bound(cp, ns) == {}, "the ps role's minimum is not met"
     create(cp, _member("ps-0", ns, sel, annotations={**ann, "volcano.sh/task-spec": "ps"}))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from gangsched.devcluster import ControlPlane
 
@@ -17,23 +17,11 @@ from .kube import (
     pod,
     podgroup,
     pods,
+    refused,
     wait_for,
 )
 
 Nodes = Callable[..., dict[str, str]]
-
-
-def refused(cp: ControlPlane, ns: str, names: Iterable[str], says: str = "") -> dict[str, str]:
-    """The PodScheduled=False message of each of these pods once every one has one (that
-    contains ``says``), else {}: the scheduler saw them and decided not to place them."""
-    state = pods(cp, ns)
-    found: dict[str, str] = {}
-    for name in names:
-        cond = condition(state.get(name) or {}, "PodScheduled")
-        if cond is None or cond.get("status") != "False" or says not in cond.get("message", ""):
-            return {}
-        found[name] = cond.get("message", "")
-    return found
 
 
 def test_gang_of_four_binds_whole_and_runs(
