@@ -37,6 +37,9 @@ log = structlog.get_logger("gangsched.app")
 
 
 FLUSH_SECONDS = 10.0  # on shutdown, how long queued writes may take to be sent
+# Writes queued beyond this are dropped, oldest first (a few hundred bytes each): room for an
+# event per pod of a 50,000-pod burst and its conditions and status writes.
+OUTBOX_CAPACITY = 100_000
 
 
 class LostLeadershipError(RuntimeError):
@@ -198,7 +201,8 @@ async def build_app(settings: Settings) -> App:
     )
     fence = elector.fence.ok if elector is not None else None
     core = Scheduler(settings.core(), WallClock())
-    outbox = Outbox()
+    # one worker per request in flight the client keeps for informational writes
+    outbox = Outbox(workers=max(4, client.background_slots), capacity=OUTBOX_CAPACITY)
     reporter = Reporter(client, outbox, instance)
     binder = Binder(
         client,

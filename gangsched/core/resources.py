@@ -69,10 +69,26 @@ def parse_resource_list(raw: Mapping[str, object] | None, field: str) -> Resourc
     if not isinstance(raw, Mapping):
         raise QuantityError(field, raw, "expected a mapping of resource name to quantity")
     for name, value in raw.items():
+        if type(value) is str:
+            amount = _parsed.get((name, value))
+            if amount is not None:
+                out[name] = amount
+                continue
         if not isinstance(name, str) or not name:
             raise QuantityError(field, name, "resource names must be non-empty strings")
-        out[name] = parse_amount(name, value, f"{field}.{name}")
+        amount = parse_amount(name, value, f"{field}.{name}")
+        if type(value) is str:
+            if len(_parsed) >= _PARSED_MAX:
+                _parsed.clear()
+            _parsed[name, value] = amount
+        out[name] = amount
     return out
+
+
+# Amounts already parsed, by (resource name, quantity string): a cluster's pods ask for a few
+# distinct quantities ("1", "500m", "16Gi"), parsed once each. Only valid ones are kept.
+_parsed: dict[tuple[str, str], int] = {}
+_PARSED_MAX = 4096
 
 
 def add_into(target: ResourceList, other: Mapping[str, int]) -> None:

@@ -1,8 +1,8 @@
-"""A thin JSON client over kubernetes-asyncio: its configuration, auth and connection pool,
-with raw JSON in and out (no model classes on the hot path), a client-side rate limit and a
-bound on requests in flight, so a burst of pods does not flood the API server. The rate limit
-has two lanes: informational writes (sent inside :func:`background_lane`) never hold up a
-binding.
+"""A thin JSON client: kubernetes-asyncio's configuration loaders (kubeconfig, in-cluster),
+then requests straight on an aiohttp session with raw JSON in and out (msgspec; no model
+classes), a client-side rate limit and a bound on requests in flight, so a burst of pods
+does not flood the API server. The rate limit has two lanes: informational writes (sent
+inside :func:`background_lane`) never hold up a binding.
 
 A write may carry a fence (a callable that says whether it may still be sent): it is asked
 after the rate limit and the bound on requests in flight, and again right before the request's
@@ -14,19 +14,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
+import math
 import os
 import platform
+import ssl
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+import msgspec
 from kubernetes_asyncio import config as kconfig
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import Configuration
 
 from gangsched import __version__
+from gangsched.kube.http1 import ConnectionFailedError, Http1Pool
 
 __all__ = [
     "ApiError",
@@ -40,6 +45,19 @@ __all__ = [
 
 JSON = dict[str, Any]
 FenceCheck = Callable[[], bool]
+
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+
+# what may stand unescaped in a request path (RFC 3986 pchar and "/")
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+def _param(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def user_agent(identity: str, component: str = "") -> str:
@@ -178,7 +196,40 @@ async def load_configuration(kubeconfig: str | None, context: str | None = None)
     return cfg
 
 
+def _ssl_context(cfg: Configuration) -> ssl.SSLContext:
+    """The TLS settings the configuration names (as kubernetes-asyncio's own client sets them)."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    if getattr(cfg, "disable_strict_ssl_verification", False):
+        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return ctx
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy $HTTPS_PROXY / $HTTP_PROXY name for the API server, unless $NO_PROXY exempts it
+    (client-go's ProxyFromEnvironment). Looked up once, not per request."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    if not host or urllib.request.proxy_bypass(host):
+        return None
+    proxies = urllib.request.getproxies_environment()
+    return proxies.get(parts.scheme or "https")
+
+
+AUTH_REFRESH = 60.0  # client-go re-reads a token file once a minute
+
+
 class KubeClient:
+    """Requests straight on one aiohttp session (kept alive, sized for the bound on requests in
+    flight), JSON bodies encoded and decoded by msgspec: what a request costs beyond the bytes
+    is a few microseconds. The configuration (server, TLS, credentials) comes from
+    kubernetes-asyncio's loaders; the credential is asked for again once a minute (a rotated
+    service-account token, a refreshed exec credential) and after a 401."""
+
     def __init__(
         self,
         cfg: Configuration,
@@ -188,28 +239,102 @@ class KubeClient:
         *,
         agent: str | None = None,
     ) -> None:
-        cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, max_in_flight + 8)
-        self._api = ApiClient(configuration=cfg)
-        self._api.user_agent = agent or user_agent("")
+        self._cfg = cfg
+        self.host = str(cfg.host).rstrip("/")
+        self._agent = agent or user_agent("")
         self._bucket = _TokenBucket(qps, burst)
-        self._in_flight = asyncio.Semaphore(max_in_flight)
-        self._fence_hooked = False
-        self.host = str(cfg.host)
+        # A quarter of the requests in flight is the background lane's own, so informational
+        # writes never queue behind a backlog of thousands of bindings, nor bindings behind them.
+        background = max_in_flight // 4
+        self._in_flight = asyncio.Semaphore(max_in_flight - background)
+        self._in_flight_background = (
+            asyncio.Semaphore(background) if background else self._in_flight
+        )
+        self.background_slots = background or max_in_flight
+        self._pool = max_in_flight + 8
+        self._ssl: ssl.SSLContext | bool = (
+            _ssl_context(cfg) if self.host.startswith("https:") else False
+        )
+        self._server_hostname: str | None = getattr(cfg, "tls_server_name", None) or None
+        self._proxy: str | None = cfg.proxy or _env_proxy(self.host)
+        self._proxy_headers: Mapping[str, str] | None = cfg.proxy_headers
+        self._session: aiohttp.ClientSession | None = None
+        # Requests (all but watches) on the small HTTP/1.1 client, unless a proxy is in the way.
+        parts = urllib.parse.urlsplit(self.host)
+        self._host_header = f"Host: {parts.netloc}"
+        self._direct: Http1Pool | None = None
+        if self._proxy is None and parts.hostname:
+            secure = parts.scheme == "https"
+            self._direct = Http1Pool(
+                parts.hostname,
+                parts.port or (443 if secure else 80),
+                ssl_context=self._ssl if isinstance(self._ssl, ssl.SSLContext) else None,
+                server_hostname=self._server_hostname or parts.hostname,
+            )
+        # a second session, with the fence's trace hook, for fenced writes only
+        self._fenced_session: aiohttp.ClientSession | None = None
+        self._auth: str | None = None
+        self._auth_at = -math.inf
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
-    def _hook_fence(self) -> None:
-        """Ask the fence once more right before the bytes leave, from inside aiohttp: the last
-        point where a request can still be held back (installed on the first fenced write)."""
-        if self._fence_hooked:
-            return
-        trace = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
-        trace.on_request_headers_sent.append(_check_fence)
-        trace.on_request_chunk_sent.append(_check_fence)
-        trace.freeze()
-        self._api.rest_client.pool_manager.trace_configs.append(trace)
-        self._fence_hooked = True
+    def _new_session(self, trace: bool = False) -> aiohttp.ClientSession:
+        traces = []
+        if trace:
+            # Ask the fence once more right before the bytes leave, from inside aiohttp: the
+            # last point where a request can still be held back.
+            t = aiohttp.TraceConfig(trace_config_ctx_factory=SimpleNamespace)
+            t.on_request_headers_sent.append(_check_fence)
+            t.on_request_chunk_sent.append(_check_fence)
+            t.freeze()
+            traces.append(t)
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._pool, ssl=self._ssl),
+            trust_env=False,  # the proxy is looked up once (see _env_proxy)
+            trace_configs=traces,
+            # watch events of large objects exceed aiohttp's default read buffer
+            read_bufsize=2**21,
+            skip_auto_headers=("Accept-Encoding",),
+        )
+
+    def _session_for(self, fenced: bool) -> aiohttp.ClientSession:
+        if fenced:
+            if self._fenced_session is None:
+                self._fenced_session = self._new_session(trace=True)
+            return self._fenced_session
+        if self._session is None:
+            self._session = self._new_session()
+        return self._session
 
     async def close(self) -> None:
-        await self._api.close()
+        if self._direct is not None:
+            self._direct.close()
+        for session in (self._session, self._fenced_session):
+            if session is not None:
+                await session.close()
+        self._session = self._fenced_session = None
+
+    async def _authorization(self) -> str | None:
+        now = time.monotonic()
+        if now - self._auth_at >= AUTH_REFRESH:
+            self._auth_at = now
+            cfg = self._cfg
+            token = None
+            if "BearerToken" in cfg.api_key or cfg.refresh_api_key_hook is not None:
+                token = await cfg.get_api_key_with_prefix("BearerToken")
+            if token:
+                self._auth = str(token)
+            elif cfg.username or cfg.password:
+                self._auth = str(cfg.get_basic_auth_token())
+        return self._auth
+
+    def _timeout(self, timeout: float | aiohttp.ClientTimeout | None) -> aiohttp.ClientTimeout:
+        if isinstance(timeout, aiohttp.ClientTimeout):
+            return timeout
+        seconds = 30.0 if timeout is None else float(timeout)
+        cached = self._timeouts.get(seconds)
+        if cached is None:
+            cached = self._timeouts[seconds] = aiohttp.ClientTimeout(total=seconds)
+        return cached
 
     async def _raw(
         self,
@@ -219,23 +344,34 @@ class KubeClient:
         body: object,
         content_type: str | None,
         timeout: float | aiohttp.ClientTimeout | None,
+        *,
+        fenced: bool = False,
     ) -> aiohttp.ClientResponse:
-        headers = {"Accept": "application/json"}
-        if content_type:
-            headers["Content-Type"] = content_type
+        headers = {"Accept": "application/json", "User-Agent": self._agent}
+        auth = await self._authorization()
+        if auth:
+            headers["Authorization"] = auth
+        data: bytes | None = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else _encode(body)
+            headers["Content-Type"] = content_type or "application/json"
+        query = [(k, _param(v)) for k, v in params.items()] if params else None
         try:
-            resp: aiohttp.ClientResponse = await self._api.call_api(
-                path,
+            resp = await self._session_for(fenced).request(
                 method,
-                query_params=list((params or {}).items()),
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
+                self.host + path,
+                params=query,
+                data=data,
+                headers=headers,
+                timeout=self._timeout(timeout),
+                proxy=self._proxy,
+                proxy_headers=self._proxy_headers,
+                server_hostname=self._server_hostname,
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise ApiError(0, type(e).__name__, str(e)) from e
+        if resp.status == 401:
+            self._auth_at = -math.inf  # the credential may have rotated: ask again
         return resp
 
     async def request(
@@ -249,25 +385,95 @@ class KubeClient:
         timeout: float = 30.0,
         fence: FenceCheck | None = None,
     ) -> JSON:
-        await self._bucket.take(_background.get())
-        async with self._in_flight:
-            if fence is None:
-                resp = await self._raw(method, path, params, body, content_type, timeout)
+        background = _background.get()
+        await self._bucket.take(background)
+        async with self._in_flight_background if background else self._in_flight:
+            if self._direct is not None:
+                status, reason, raw = await self._direct_exchange(
+                    method, path, params, body, content_type, timeout, fence
+                )
             else:
-                resp = await self._fenced(fence, method, path, params, body, content_type, timeout)
-            try:
-                raw = await resp.read()
-            except (TimeoutError, aiohttp.ClientError) as e:
-                raise ApiError(0, type(e).__name__, str(e)) from e
-            finally:
-                resp.release()
+                status, reason, raw = await self._aiohttp_exchange(
+                    method, path, params, body, content_type, timeout, fence
+                )
         try:
-            data = json.loads(raw) if raw else {}
-        except json.JSONDecodeError:
+            data = _decode(raw) if raw else {}
+        except msgspec.DecodeError:
             data = {"message": raw[:500].decode("utf-8", "replace")}
-        if not 200 <= resp.status <= 299:
-            raise ApiError(resp.status, resp.reason or "", data)
+        if not 200 <= status <= 299:
+            raise ApiError(status, reason, data)
         return data if isinstance(data, dict) else {"items": data}
+
+    async def _direct_exchange(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: object,
+        content_type: str | None,
+        timeout: float,
+        fence: FenceCheck | None,
+    ) -> tuple[int, str, bytes]:
+        """One request on the small HTTP/1.1 client (http1.py)."""
+        assert self._direct is not None
+        if fence is not None and not fence():
+            raise FencedError(method, path)
+        target = urllib.parse.quote(path, safe=_PATH_SAFE)
+        if params:
+            target += "?" + urllib.parse.urlencode([(k, _param(v)) for k, v in params.items()])
+        auth = await self._authorization()
+        data = b""
+        lines = [
+            f"{method} {target} HTTP/1.1",
+            self._host_header,
+            "Accept: application/json",
+            f"User-Agent: {self._agent}",
+        ]
+        if auth:
+            lines.append(f"Authorization: {auth}")
+        if body is not None:
+            data = body if isinstance(body, bytes) else _encode(body)
+            lines.append(f"Content-Type: {content_type or 'application/json'}")
+        if data or method in ("POST", "PUT", "PATCH"):
+            lines.append(f"Content-Length: {len(data)}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+        def last_look() -> None:
+            if fence is not None and not fence():
+                raise _FenceTrippedError
+
+        try:
+            resp = await self._direct.request(head, data, timeout, last_look if fence else None)
+        except _FenceTrippedError:
+            raise FencedError(method, path) from None
+        except ConnectionFailedError as e:
+            raise ApiError(0, type(e).__name__, str(e)) from e
+        if resp.status == 401:
+            self._auth_at = -math.inf  # the credential may have rotated: ask again
+        return resp.status, resp.reason, resp.body
+
+    async def _aiohttp_exchange(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: object,
+        content_type: str | None,
+        timeout: float,
+        fence: FenceCheck | None,
+    ) -> tuple[int, str, bytes]:
+        """One request through aiohttp (when a proxy is in the way)."""
+        if fence is None:
+            resp = await self._raw(method, path, params, body, content_type, timeout)
+        else:
+            resp = await self._fenced(fence, method, path, params, body, content_type, timeout)
+        try:
+            raw = await resp.read()
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise ApiError(0, type(e).__name__, str(e)) from e
+        finally:
+            resp.release()
+        return resp.status, resp.reason or "", raw
 
     async def _fenced(
         self,
@@ -281,11 +487,10 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         if not fence():
             raise FencedError(method, path)
-        self._hook_fence()
         guard = _FenceGuard(fence)
         token = _guard.set(guard)
         try:
-            return await self._raw(method, path, params, body, content_type, timeout)
+            return await self._raw(method, path, params, body, content_type, timeout, fenced=True)
         except Exception:
             if guard.tripped:  # whatever aiohttp made of the hook's exception
                 raise FencedError(method, path) from None
@@ -335,17 +540,20 @@ class KubeClient:
             if not 200 <= resp.status <= 299:
                 raw = await resp.read()
                 try:
-                    body: object = json.loads(raw)
-                except json.JSONDecodeError:
+                    body: object = _decode(raw)
+                except msgspec.DecodeError:
                     body = raw[:500].decode("utf-8", "replace")
                 raise ApiError(resp.status, resp.reason or "", body)
-            buf = b""
+            # One JSON object per line; a chunk holds several lines, or part of one.
+            rest = b""
             async for chunk in resp.content.iter_any():
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    if line.strip():
-                        yield json.loads(line)
+                if rest:
+                    chunk = rest + chunk
+                lines = chunk.split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    if line:
+                        yield _decode(line)
         except (TimeoutError, aiohttp.ClientError) as e:
             raise ApiError(0, type(e).__name__, str(e)) from e
         finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
@@ -42,7 +42,8 @@ class Outbox:
         )
         self._busy: set[Hashable] = set()
         self._capacity = capacity
-        self._ready = asyncio.Condition()
+        # workers waiting for a write, each on its own future (no task per write to wake one)
+        self._idle: deque[asyncio.Future[None]] = deque()
         self._workers = workers
         self._tasks: list[asyncio.Task[None]] = []
         self._seq = itertools.count()
@@ -71,15 +72,18 @@ class Outbox:
                     return  # full of urgent writes: this one is the least of them
                 (normal_q or urgent_q).popitem(last=False)
             (urgent_q if urgent else normal_q)[key] = (what, job)
-        asyncio.get_running_loop().create_task(self._notify())
+        self._wake_one()
 
     @property
     def queued(self) -> int:
         return sum(len(q) for q in self._queues)
 
-    async def _notify(self) -> None:
-        async with self._ready:
-            self._ready.notify()
+    def _wake_one(self) -> None:
+        while self._idle:
+            waiter = self._idle.popleft()
+            if not waiter.done():  # (a worker cancelled while it waited)
+                waiter.set_result(None)
+                return
 
     def _take(self) -> tuple[Hashable, str, Job] | None:
         for queue in self._queues:
@@ -116,12 +120,14 @@ class Outbox:
                 await t
 
     async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            async with self._ready:
-                item = self._take()
-                while item is None:
-                    await self._ready.wait()
-                    item = self._take()
+            item = self._take()
+            if item is None:
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._idle.append(waiter)
+                await waiter
+                continue
             key, what, job = item
             try:
                 with background_lane() if self._background else contextlib.nullcontext():
@@ -136,4 +142,4 @@ class Outbox:
             finally:
                 self._busy.discard(key)
                 if any(key in q for q in self._queues):
-                    await self._notify()
+                    self._wake_one()

@@ -18,6 +18,7 @@ event) starts the backoff afresh.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -27,12 +28,14 @@ import structlog
 
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError
+from gangsched.kube.heap import collector_paused
 
 __all__ = ["Reflector"]
 
 log = structlog.get_logger("gangsched.reflector")
 
-# (event type, object): ADDED, MODIFIED, DELETED; and ("SYNC", {"items": [...]}) after a list.
+# (event type, object): ADDED, MODIFIED, DELETED; and ("SYNC", {"items": [...]}) after a list,
+# or, for a paged reflector, ("LISTING", {}), ("PAGE", {"items": [...]}) per page, ("LISTED", {}).
 Handler = Callable[[str, JSON], Awaitable[None] | None]
 
 RETRY_INITIAL = 0.2
@@ -53,6 +56,7 @@ class Reflector:
         watch_timeout: int = 300,
         label_selector: str | None = None,
         absent_recheck: float = 60.0,
+        paged: bool = False,
     ) -> None:
         self._client = client
         self._path = path
@@ -62,6 +66,7 @@ class Reflector:
         self._watch_timeout = watch_timeout
         self._selector = label_selector
         self._absent_recheck = absent_recheck
+        self._paged = paged
         self.resource_version = ""
         self.synced = asyncio.Event()
         self.relists = 0
@@ -90,6 +95,51 @@ class Reflector:
             )
 
     async def list_all(self) -> None:
+        # a list of thousands of objects is read and handled with the collector paused
+        with collector_paused():
+            await self._list_all()
+
+    async def _list_paged(self) -> None:
+        """The list page by page: ("LISTING", {}), then ("PAGE", {"items": [...]}) for each
+        page as it comes, while the next one is already being fetched, then ("LISTED", {}).
+        A list that fails half-way is started again from the beginning (a new LISTING)."""
+        await self._emit("LISTING", {})
+        fetch = asyncio.ensure_future(self._fetch_page(""))
+        try:
+            while True:
+                page = await fetch
+                meta = page.get("metadata") or {}
+                cont = str(meta.get("continue") or "")
+                if cont:
+                    fetch = asyncio.ensure_future(self._fetch_page(cont))
+                else:
+                    self.resource_version = str(meta.get("resourceVersion", ""))
+                self._made_progress()
+                await self._emit("PAGE", {"items": page.get("items") or []})
+                if not cont:
+                    break
+        finally:
+            if not fetch.done():
+                fetch.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ApiError):
+                    await fetch
+        if self.synced.is_set() and not self.absent:
+            self.relists += 1
+        await self._emit("LISTED", {})
+        self.synced.set()
+
+    async def _fetch_page(self, cont: str) -> JSON:
+        params: dict[str, Any] = {"limit": self._page}
+        if cont:
+            params["continue"] = cont
+        if self._selector:
+            params["labelSelector"] = self._selector
+        return await self._client.get(self._path, **params)
+
+    async def _list_all(self) -> None:
+        if self._paged:
+            await self._list_paged()
+            return
         items: list[JSON] = []
         cont = ""
         while True:

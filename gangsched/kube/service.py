@@ -39,8 +39,10 @@ from gangsched.kube.api import KubeApi
 from gangsched.kube.binder import Binder, BindResult
 from gangsched.kube.client import JSON, FenceCheck, FencedError
 from gangsched.kube.gangspecs import GangSpecs
+from gangsched.kube.heap import settle
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
+from gangsched.kube.podreader import PodReader
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.slicing import SLICE_SECONDS, in_slices
@@ -48,7 +50,6 @@ from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.translate import (
     namespace_from,
     node_from,
-    pod_from,
     podgroup_from,
     timestamp,
     volcano_podgroup_from,
@@ -117,12 +118,16 @@ class SchedulerService:
         # every declaration of every gang's spec, and the one that stands (gangspecs.py)
         self._specs = GangSpecs([s for s, _, _ in CRD_SOURCES])
         self._known: dict[str, set[str]] = {"nodes": set(), "pods": set(), "namespaces": set()}
+        self._pods = PodReader()
+        self._listing: set[str] = set()  # the pods of the list under way
         self.stats = ServiceStats()
         self.metrics = metrics or Metrics()
         self.last_turn = time.monotonic()
         self.reflectors = [
             Reflector(client, "/api/v1/nodes", self._on_node, name="nodes"),
-            Reflector(client, "/api/v1/pods", self._on_pod, name="pods"),
+            Reflector(
+                client, "/api/v1/pods", self._on_pod, name="pods", paged=True, page_size=1000
+            ),
             # Namespace labels: what inter-pod affinity terms' namespaceSelector matches.
             Reflector(client, "/api/v1/namespaces", self._on_namespace, name="namespaces"),
             *(
@@ -150,6 +155,7 @@ class SchedulerService:
         loop_task: asyncio.Task[None] | None = None
         try:
             await self._until_synced()
+            settle()  # the state just loaded is out of the collector's reach from now on
             log.info(
                 "caches synced",
                 nodes=len(self._known["nodes"]),
@@ -342,7 +348,16 @@ class SchedulerService:
         self.poke()
 
     def _on_pod(self, kind: str, obj: JSON) -> Awaitable[None] | None:
-        if kind == "SYNC":
+        # The pods are listed page by page (see Reflector._list_paged): each page is handled
+        # while the next is on its way.
+        if kind == "LISTING":
+            self._listing = set()
+            return None
+        if kind == "PAGE":
+            return self._list_page(obj.get("items") or [])
+        if kind == "LISTED":
+            return self._listed()
+        if kind == "SYNC":  # a whole list at once
             return self._sync_pods(obj.get("items") or [])
         if kind == "DELETED":
             self._delete_pod(str((obj.get("metadata") or {}).get("uid", "")))
@@ -352,16 +367,29 @@ class SchedulerService:
         return None
 
     async def _sync_pods(self, items: list[JSON]) -> None:
-        known = self._known["pods"]
-        uids = {str((i.get("metadata") or {}).get("uid", "")) for i in items}
-        await self._sliced(known - uids, self._delete_pod)
-        known.clear()
+        self._listing = set()
+        await self._list_page(items)
+        await self._listed()
+
+    async def _list_page(self, items: list[JSON]) -> None:
+        listing = self._listing
+        for i in items:
+            listing.add(str((i.get("metadata") or {}).get("uid", "")))
         await self._sliced(items, self._upsert_pod)
+
+    async def _listed(self) -> None:
+        """The list is complete: what it did not have is gone."""
+        known, listing = self._known["pods"], self._listing
+        await self._sliced(known - listing, self._delete_pod)
+        known.clear()
+        known.update(listing)
+        self._pods.keep_only(listing)
+        self._listing = set()
         await self._report_all(force=True)  # a relist may follow missed events
         self.poke()
 
     def _upsert_pod(self, obj: JSON) -> None:
-        pod, membership = pod_from(obj)
+        pod, membership = self._pods.read(obj)
         known = self._known["pods"]
         known.add(pod.uid)
         old = self.core.pod(pod.uid)
@@ -382,6 +410,7 @@ class SchedulerService:
 
     def _delete_pod(self, uid: str) -> None:
         self._known["pods"].discard(uid)
+        self._pods.forget(uid)
         self.reporter.forget_pod(uid)
         pod = self.core.pod(uid)
         self.core.pod_delete(uid)

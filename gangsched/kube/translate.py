@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 from gangsched.core.model import (
@@ -77,15 +78,22 @@ def timestamp(value: object) -> float:
         return 0.0
 
 
+_EMPTY: Obj = MappingProxyType({})
+
+
 def _map(obj: object, field: str) -> Obj:
+    if type(obj) is dict:  # what JSON decodes to: no ABC check
+        return obj
     if obj is None:
-        return {}
+        return _EMPTY
     if not isinstance(obj, Mapping):
         raise SpecError(f"{field}: expected an object")
     return obj
 
 
 def _list(obj: object, field: str) -> list[Any]:
+    if type(obj) is list:
+        return obj
     if obj is None:
         return []
     if not isinstance(obj, list):
@@ -94,7 +102,10 @@ def _list(obj: object, field: str) -> list[Any]:
 
 
 def _str_map(obj: object, field: str) -> dict[str, str]:
-    return {str(k): str(v) for k, v in _map(obj, field).items()}
+    m = _map(obj, field)
+    if not m:
+        return {}
+    return {str(k): str(v) for k, v in m.items()}
 
 
 # ---- nodes ---------------------------------------------------------------------------------

@@ -70,7 +70,8 @@ async def test_the_background_lane_is_the_requests_inside_background_lane() -> N
     class Client(kclient.KubeClient):
         def __init__(self) -> None:
             self._bucket = Bucket(1, 1)
-            self._in_flight = asyncio.Semaphore(1)
+            self._in_flight = self._in_flight_background = asyncio.Semaphore(1)
+            self._direct = None
 
         async def _raw(self, *args: Any, **kwargs: Any) -> Any:
             raise ApiError(0, "test")

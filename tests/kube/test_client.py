@@ -142,6 +142,42 @@ async def test_at_most_max_in_flight_requests_at_once(server: Server) -> None:
     assert most == 2 and len(server.seen) == 6
 
 
+async def test_background_writes_do_not_queue_behind_a_backlog_of_bindings(
+    server: Server,
+) -> None:
+    """A quarter of the requests in flight is the background lane's own: with every other
+    slot taken and more bindings queued, an event is still sent at once, and the two lanes
+    together never exceed the bound."""
+    inside, most = 0, 0
+    release = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        nonlocal inside, most
+        inside += 1
+        most = max(most, inside)
+        await release.wait()
+        inside -= 1
+        return web.json_response({})
+
+    async def quick(_: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    server.routes = {"/slow": slow, "/event": quick}
+    client = _client(server.url, max_in_flight=4, qps=0)
+    try:
+        bindings = [asyncio.create_task(client.post("/slow", {})) for _ in range(10)]
+        await asyncio.sleep(0.2)
+        assert inside == 3  # the foreground lane's three slots
+        with kclient.background_lane():
+            answer = await asyncio.wait_for(client.post("/event", {}), 5)
+        assert answer == {"ok": True}
+        release.set()
+        await asyncio.gather(*bindings)
+    finally:
+        await client.close()
+    assert most == 3
+
+
 async def test_a_watch_stream_split_anywhere_is_read_line_by_line(server: Server) -> None:
     events = [{"type": "ADDED", "object": {"metadata": {"name": f"p{i}"}}} for i in range(3)]
     raw = b"".join(json.dumps(e).encode() + b"\n" for e in events) + b"\n"

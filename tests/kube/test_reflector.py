@@ -1,4 +1,5 @@
-"""The reflector against the fake API server: a paged list delivered as one SYNC, then a
+"""The reflector against the fake API server: a paged list delivered as one SYNC (or page by
+page, each while the next is fetched, for a paged reflector), then a
 watch from the list's resourceVersion; bookmarks move the resourceVersion; a watch the server
 ends resumes where it was (nothing lost, nothing twice); an expired one (an ERROR event or an
 HTTP 410) relists; a resource not served is marked absent and looked at again; a handler's
@@ -231,3 +232,72 @@ async def test_failed_lists_back_off_and_progress_starts_the_backoff_afresh(
     await until("the watch again", lambda: len(kube.sent("watch")) == 3)
     assert 0.1 <= delays[3] <= 0.2, "after progress the backoff starts afresh"
     assert reflector.relists == 0, "an outage of the watch does not need a relist"
+
+
+# ---- a paged reflector: each page handed over as it comes ---------------------------------
+
+
+class Paged:
+    """A handler of a paged list that records what it got, and can hold a page."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+        self.gate: asyncio.Event | None = None
+
+    def __call__(self, kind: str, obj: JSON) -> Awaitable[None] | None:
+        if kind == "PAGE":
+            self.events.append((kind, [_name(o) for o in obj["items"]]))
+            if self.gate is not None:
+                return self.gate.wait()
+        elif kind in ("LISTING", "LISTED"):
+            self.events.append((kind, None))
+        else:
+            self.events.append((kind, _name(obj)))
+        return None
+
+
+async def test_a_paged_list_hands_each_page_over_while_the_next_is_fetched(
+    rigs: list[Rig],
+) -> None:
+    kube, seen = FakeKube(), Paged()
+    kube.seed(PODS, *(_pod(f"p{i}") for i in range(5)))
+    gate = seen.gate = asyncio.Event()
+    rig = _rig(rigs, kube, seen, page_size=2, paged=True)
+    rig.task = asyncio.create_task(rig.reflector.run())
+    # the handler holds the first page; the second is asked for meanwhile
+    await until("the first page", lambda: ("PAGE", ["p0", "p1"]) in seen.events)
+    await until("the second page asked for", lambda: len(kube.sent("list")) == 2)
+    assert not rig.reflector.synced.is_set() and len(seen.events) == 2
+    seen.gate = None
+    gate.set()
+    await asyncio.wait_for(rig.reflector.synced.wait(), 5)
+    assert seen.events == [
+        ("LISTING", None),
+        ("PAGE", ["p0", "p1"]),
+        ("PAGE", ["p2", "p3"]),
+        ("PAGE", ["p4"]),
+        ("LISTED", None),
+    ]
+    await until("the watch", lambda: kube.watching == 1)
+    [watch] = kube.sent("watch")
+    assert watch.params["resourceVersion"] == "5" == rig.reflector.resource_version
+    kube.seed(PODS, _pod("p5"))
+    await until("p5", lambda: ("ADDED", "p5") in seen.events)
+
+
+async def test_a_paged_list_that_fails_half_way_starts_again_from_the_beginning(
+    rigs: list[Rig],
+) -> None:
+    kube, seen = FakeKube(), Paged()
+    kube.seed(PODS, *(_pod(f"p{i}") for i in range(3)))
+    kube.fail("list", "/pods$", 410, skip=1, message="The provided continue parameter is too old")
+    reflector = await _rig(rigs, kube, seen, page_size=2, paged=True).start()
+    assert seen.events == [
+        ("LISTING", None),
+        ("PAGE", ["p0", "p1"]),
+        ("LISTING", None),
+        ("PAGE", ["p0", "p1"]),
+        ("PAGE", ["p2"]),
+        ("LISTED", None),
+    ]
+    assert reflector.relists == 0  # the first list, done in two tries

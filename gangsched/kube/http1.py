@@ -1,0 +1,259 @@
+"""A small HTTP/1.1 client for the scheduler's writes: bindings, events, status.
+
+Each binding and each event is one small request with a small answer, and there is one of each
+per pod. Through aiohttp a request costs about 150-200 microseconds of Python (URL parsing,
+header multidicts, trace signals, the connector's bookkeeping), more than the rest of a pod's
+handling together. Here a request is one ``bytes`` join written to a kept-alive connection
+and an answer parsed from the bytes that come back (Content-Length or chunked): a few tens of
+microseconds. Lists and watches (few, large, streamed) stay on aiohttp.
+
+A connection is used by one request at a time; idle ones are kept (most recent first) and
+reused. A request that fails on a reused connection before any byte of an answer came back
+(the server closed it while it was idle) is sent once more on a new connection, as Go's
+``net/http`` does; for a binding that was in fact received, the repeat gets 409 and the binder
+reads the pod (see binder.py). A ``before_send`` callable, when given, is asked right before
+the request's bytes are written; if it raises, nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["ConnectionFailedError", "Http1Pool", "Response"]
+
+_MAX_HEAD = 64 * 1024
+_NO_BODY = frozenset({204, 304})
+
+
+class ConnectionFailedError(Exception):
+    """The connection failed (refused, reset, closed, timed out) before a whole answer came."""
+
+    def __init__(self, message: str, *, answered: bool = False) -> None:
+        super().__init__(message)
+        self.answered = answered  # some bytes of an answer had come back
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    reason: str
+    body: bytes
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._buf = bytearray()
+        self._waiter: asyncio.Future[tuple[Response, bool]] | None = None
+        self._got_bytes = False
+        # the answer's head, once parsed: status, reason, content length (-1: chunked,
+        # -2: until the connection closes), keep-alive
+        self._head: tuple[int, str, int, bool] | None = None
+        self._body_at = 0
+        self._chunks: list[bytes] = []
+        self._chunk_at = 0
+
+    # ---- protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._got_bytes = True
+        self._buf += data
+        if self._waiter is not None and not self._waiter.done():
+            try:
+                self._parse()
+            except ValueError as e:
+                self._fail(ConnectionFailedError(f"unreadable answer: {e}", answered=True))
+                self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._head is not None and self._head[2] == -2 and self._waiter is not None:
+            status, reason, _, _ = self._head
+            if not self._waiter.done():
+                body = bytes(self._buf[self._body_at :])
+                self._waiter.set_result((Response(status, reason, body), False))
+            return
+        why = f"connection lost: {exc}" if exc else "connection closed by the server"
+        self._fail(ConnectionFailedError(why, answered=self._got_bytes))
+
+    # ---- one exchange ---------------------------------------------------------------
+    def send(self, data: bytes) -> asyncio.Future[tuple[Response, bool]]:
+        assert self.transport is not None
+        self._buf.clear()
+        self._head = None
+        self._chunks = []
+        self._got_bytes = False
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        return self._waiter
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, error: Exception) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(error)
+
+    def _parse(self) -> None:
+        buf = self._buf
+        if self._head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > _MAX_HEAD:
+                    raise ValueError("answer head too long")
+                return
+            lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+                raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+            status = int(parts[1])
+            reason = parts[2] if len(parts) > 2 else ""
+            length, chunked, keep = -2, False, parts[0] != "HTTP/1.0"
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                name = name.strip().lower()
+                if name == "content-length":
+                    length = int(value.strip())
+                elif name == "transfer-encoding":
+                    chunked = "chunked" in value.lower()
+                elif name == "connection":
+                    v = value.strip().lower()
+                    keep = v == "keep-alive" or (keep and v != "close")
+            if chunked:
+                length = -1
+            elif status in _NO_BODY or 100 <= status < 200:
+                length = 0
+            self._head = (status, reason, length, keep and length != -2)
+            self._body_at = self._chunk_at = end + 4
+        status, reason, length, keep = self._head
+        if length >= 0:
+            stop = self._body_at + length
+            if len(buf) >= stop:
+                body = bytes(buf[self._body_at : stop])
+                del buf[:stop]
+                assert self._waiter is not None
+                self._waiter.set_result((Response(status, reason, body), keep))
+            return
+        if length == -1:
+            self._parse_chunks(status, reason, keep)
+
+    def _parse_chunks(self, status: int, reason: str, keep: bool) -> None:
+        buf = self._buf
+        while True:
+            eol = buf.find(b"\r\n", self._chunk_at)
+            if eol < 0:
+                return
+            size = int(bytes(buf[self._chunk_at : eol]).split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                # the last chunk, then (no trailers are asked for) the final CRLF
+                end = buf.find(b"\r\n\r\n", eol)
+                if end < 0:
+                    return
+                del buf[: end + 4]
+                assert self._waiter is not None
+                body = b"".join(self._chunks)
+                self._waiter.set_result((Response(status, reason, body), keep))
+                return
+            start, stop = eol + 2, eol + 2 + size
+            if len(buf) < stop + 2:
+                return
+            self._chunks.append(bytes(buf[start:stop]))
+            self._chunk_at = stop + 2
+
+
+class Http1Pool:
+    """Kept-alive HTTP/1.1 connections to one server (``https://host:port`` or ``http://``)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        server_hostname: str | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._ssl = ssl_context
+        self._server_hostname = server_hostname if ssl_context is not None else None
+        self._connect_timeout = connect_timeout
+        self._idle: list[_Connection] = []
+        self._closed = False
+        self.connections_made = 0
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, conn = await loop.create_connection(
+                    _Connection,
+                    self._host,
+                    self._port,
+                    ssl=self._ssl,
+                    server_hostname=self._server_hostname,
+                )
+        except (OSError, TimeoutError, ssl.SSLError) as e:
+            raise ConnectionFailedError(f"cannot connect: {type(e).__name__}: {e}") from e
+        self.connections_made += 1
+        return conn
+
+    async def request(
+        self,
+        head: bytes,
+        body: bytes,
+        timeout: float,
+        before_send: Callable[[], None] | None = None,
+    ) -> Response:
+        """Send ``head`` (request line and headers, ending with the blank line) and ``body``;
+        the whole answer, or :class:`ConnectionFailedError`."""
+        data = head + body
+        for attempt in (0, 1):
+            reused = bool(self._idle)
+            conn = self._idle.pop() if reused else await self._connect()
+            if conn.closed:
+                if attempt == 0:
+                    continue
+                conn = await self._connect()
+                reused = False
+            if before_send is not None:
+                try:
+                    before_send()
+                except BaseException:
+                    self._idle.append(conn)
+                    raise
+            try:
+                async with asyncio.timeout(timeout):
+                    response, keep = await conn.send(data)
+            except ConnectionFailedError as e:
+                conn.close()
+                if reused and not e.answered and attempt == 0:
+                    continue  # the server closed it while it was idle: once more, anew
+                raise
+            except TimeoutError as e:
+                conn.close()
+                raise ConnectionFailedError(f"no answer within {timeout:g}s") from e
+            except BaseException:
+                conn.close()  # cancelled half-way: the connection's state is unknown
+                raise
+            if keep and not conn.closed and not self._closed:
+                self._idle.append(conn)
+            else:
+                conn.close()
+            return response
+        raise ConnectionFailedError("connection closed by the server")
+
+    def close(self) -> None:
+        self._closed = True
+        for conn in self._idle:
+            conn.close()
+        self._idle.clear()

@@ -1,0 +1,120 @@
+"""Pod watch events into the core's Pods, reading a pod's spec again only when it changed.
+
+Most events about a pod do not touch what scheduling reads: the kubelet (or kwok) reporting it
+Running, its conditions, its IPs. The API server bumps ``metadata.generation`` on every change of
+a pod's spec (pod generation tracking, on by default since Kubernetes v1.34); a binding sets
+``spec.nodeName`` without bumping it. So when a pod's generation, node name, labels,
+annotations and the parts of its status that count for its requests (in-place resize) are what
+they were at the last full read, the pod is the one read then, with the new phase, deletion and
+resourceVersion: a few dict lookups instead of a full read of the spec. A pod without a
+generation (an older API server) is read in full every time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gangsched.core.model import Pod, PodPhase
+from gangsched.kube.membership import Membership
+from gangsched.kube.translate import pod_from
+
+__all__ = ["PodReader"]
+
+JSON = Mapping[str, Any]
+_PHASES = {p.value: p for p in PodPhase}
+
+
+def _resize_state(status: JSON) -> tuple[object, ...]:
+    """What of a pod's status the requests depend on (see translate._Resize): the resize
+    conditions, the pod-level resources, and each container's resources and allocation."""
+    out: list[object] = [status.get("resources"), status.get("allocatedResources")]
+    for key in ("containerStatuses", "initContainerStatuses"):
+        statuses = status.get(key)
+        if type(statuses) is list:
+            for cs in statuses:
+                if type(cs) is dict:
+                    resources, allocated = cs.get("resources"), cs.get("allocatedResources")
+                    if resources is not None or allocated is not None:
+                        out.append((cs.get("name"), resources, allocated))
+                else:
+                    out.append(cs)
+        elif statuses is not None:
+            out.append(statuses)
+    conditions = status.get("conditions")
+    if type(conditions) is list:
+        for c in conditions:
+            if type(c) is dict and str(c.get("type", "")).startswith("PodResize"):
+                out.append((c.get("type"), c.get("status"), c.get("reason")))
+    elif conditions is not None:
+        out.append(conditions)
+    return tuple(out)
+
+
+class PodReader:
+    def __init__(self) -> None:
+        # uid -> what the last full read depended on, the pod and membership it gave, and the
+        # pod's ``unsupported`` as read (the core may add to it on the object it is given)
+        self._read: dict[str, tuple[tuple[object, ...], Pod, Membership, str]] = {}
+        self.full_reads = 0
+        self.reused = 0
+
+    def __len__(self) -> int:
+        return len(self._read)
+
+    def read(self, obj: JSON) -> tuple[Pod, Membership]:
+        meta = obj.get("metadata")
+        spec = obj.get("spec")
+        status = obj.get("status")
+        if type(meta) is not dict or type(spec) is not dict:
+            return self._full(obj, None)
+        if status is None:
+            status = {}
+        elif type(status) is not dict:
+            return self._full(obj, None)
+        generation = meta.get("generation")
+        uid = meta.get("uid")
+        if type(generation) is not int or generation <= 0 or type(uid) is not str or not uid:
+            return self._full(obj, None)
+        key = (
+            generation,
+            spec.get("nodeName"),
+            meta.get("labels"),
+            meta.get("annotations"),
+            _resize_state(status),
+        )
+        last = self._read.get(uid)
+        if last is None or last[0] != key:
+            return self._full(obj, (uid, key))
+        _, pod, membership, unsupported = last
+        self.reused += 1
+        # a new object every time: the core keeps the one it is given
+        pod = dataclasses.replace(
+            pod,
+            phase=_PHASES.get(str(status.get("phase", "Pending")), PodPhase.UNKNOWN),
+            deleting=bool(meta.get("deletionTimestamp")),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            unsupported=unsupported,
+        )
+        return pod, membership
+
+    def _full(
+        self, obj: JSON, remember: tuple[str, tuple[object, ...]] | None
+    ) -> tuple[Pod, Membership]:
+        self.full_reads += 1
+        pod, membership = pod_from(obj)
+        if remember is not None:
+            uid, key = remember
+            self._read[uid] = (key, pod, membership, pod.unsupported)
+        else:
+            self._read.pop(pod.uid, None)
+        return pod, membership
+
+    def forget(self, uid: str) -> None:
+        self._read.pop(uid, None)
+
+    def keep_only(self, uids: set[str]) -> None:
+        """After a relist: forget the pods that are gone."""
+        for uid in [u for u in self._read if u not in uids]:
+            del self._read[uid]

@@ -1,0 +1,222 @@
+"""The small HTTP/1.1 client against a server that answers byte by byte as scripted: lengths,
+chunks split anywhere, kept-alive and closed connections, a server that drops an idle
+connection, timeouts, and a last look before the bytes go out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from gangsched.kube.http1 import ConnectionFailedError, Http1Pool
+
+Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
+
+
+class RawServer:
+    """Reads one request head (and its Content-Length body) at a time and lets ``script``
+    answer it; counts connections and requests."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = await reader.readexactly(length) if length else b""
+                self.requests.append(head + body)
+                await self.script(reader, writer, len(self.requests))
+                if writer.is_closing():
+                    return
+        finally:
+            writer.close()
+
+    async def __aenter__(self) -> RawServer:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+
+def _answer(body: bytes, status: str = "201 Created", *extra: str) -> bytes:
+    head = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", *extra]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+@pytest.fixture
+async def pools() -> AsyncIterator[list[Http1Pool]]:
+    made: list[Http1Pool] = []
+    yield made
+    for p in made:
+        p.close()
+
+
+def _pool(pools: list[Http1Pool], server: RawServer) -> Http1Pool:
+    pool = Http1Pool("127.0.0.1", server.port, ssl_context=None)
+    pools.append(pool)
+    return pool
+
+
+HEAD = b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n"
+
+
+async def test_an_answer_with_a_length_and_the_connection_kept(pools: list[Http1Pool]) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(_answer(b'{"n":%d}' % n))
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        first = await pool.request(HEAD, b"{}", 5)
+        second = await pool.request(HEAD, b"{}", 5)
+    assert (first.status, first.reason, first.body) == (201, "Created", b'{"n":1}')
+    assert second.body == b'{"n":2}'
+    assert server.connections == 1 == pool.connections_made
+    assert server.requests[0] == HEAD + b"{}"
+
+
+async def test_a_chunked_answer_split_anywhere(pools: list[Http1Pool]) -> None:
+    raw = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: application/json\r\n"
+        b"\r\n5\r\nhello\r\n1;ext=1\r\n \r\n5\r\nworld\r\n0\r\n\r\n"
+    )
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        for i in range(len(raw)):  # one byte at a time
+            w.write(raw[i : i + 1])
+            await w.drain()
+            await asyncio.sleep(0)
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        answer = await pool.request(HEAD, b"{}", 5)
+        again = await pool.request(HEAD, b"{}", 5)
+    assert (answer.status, answer.body) == (200, b"hello world")
+    assert again.body == b"hello world" and server.connections == 1
+
+
+async def test_connection_close_and_an_answer_that_ends_with_the_connection(
+    pools: list[Http1Pool],
+) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        if n == 1:
+            w.write(_answer(b"one", "200 OK", "Connection: close"))
+        else:  # no length: the body is what comes until the connection closes
+            w.write(b"HTTP/1.1 200 OK\r\n\r\ntwo, until closed")
+        await w.drain()
+        w.close()
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        assert (await pool.request(HEAD, b"{}", 5)).body == b"one"
+        assert (await pool.request(HEAD, b"{}", 5)).body == b"two, until closed"
+    assert server.connections == 2
+
+
+async def test_no_body_for_204(pools: list[Http1Pool]) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        assert (await pool.request(HEAD, b"{}", 5)).status == 204
+        assert (await pool.request(HEAD, b"{}", 5)).status == 204
+    assert server.connections == 1
+
+
+async def test_an_idle_connection_the_server_dropped_is_replaced_once(
+    pools: list[Http1Pool],
+) -> None:
+    """The server closes a kept-alive connection while it is idle: the next request goes out
+    on a new one; the caller sees nothing."""
+    served: list[asyncio.StreamWriter] = []
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(_answer(b"ok", "200 OK"))
+        served.append(w)
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        await pool.request(HEAD, b"{}", 5)
+        served[0].close()  # dropped while idle
+        await asyncio.sleep(0.05)
+        answer = await pool.request(HEAD, b"{}", 5)
+    assert answer.body == b"ok" and server.connections == 2
+
+
+async def test_a_fresh_connection_dropped_before_an_answer_is_an_error_not_a_retry(
+    pools: list[Http1Pool],
+) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.close()
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        with pytest.raises(ConnectionFailedError):
+            await pool.request(HEAD, b"{}", 5)
+    assert len(server.requests) == 1
+
+
+async def test_no_answer_in_time_is_a_connection_failure(pools: list[Http1Pool]) -> None:
+    async def script(r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        await asyncio.sleep(10)
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        with pytest.raises(ConnectionFailedError, match="no answer within"):
+            await pool.request(HEAD, b"{}", 0.2)
+
+
+async def test_nothing_is_written_when_the_last_look_says_no(pools: list[Http1Pool]) -> None:
+    class NoError(Exception):
+        pass
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(_answer(b"ok", "200 OK"))
+
+    def refuse() -> None:
+        raise NoError
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        await pool.request(HEAD, b"{}", 5)
+        with pytest.raises(NoError):
+            await pool.request(HEAD, b"{}", 5, refuse)
+        await pool.request(HEAD, b"{}", 5)  # the connection is still good
+    assert len(server.requests) == 2 and server.connections == 1
+
+
+async def test_a_refused_connection_is_a_connection_failure() -> None:
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    pool = Http1Pool("127.0.0.1", port, ssl_context=None)
+    with pytest.raises(ConnectionFailedError, match="cannot connect"):
+        await pool.request(HEAD, b"{}", 5)
+
+
+async def test_a_garbled_answer_is_a_connection_failure(pools: list[Http1Pool]) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(b"SMTP ready\r\n\r\n")
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        with pytest.raises(ConnectionFailedError, match="unreadable answer"):
+            await pool.request(HEAD, b"{}", 5)
