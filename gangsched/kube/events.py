@@ -41,10 +41,22 @@ RETRIES = 3  # writes that failed with a retriable error are tried again this ma
 
 
 def rfc3339(t: float | None = None, micro: bool = False) -> str:
-    dt = datetime.fromtimestamp(time.time() if t is None else t, tz=UTC)
+    """``2026-01-02T03:04:05Z`` (or ``...05.123456Z``), UTC. The seconds part is formatted once
+    per second: an event and a condition per pod ask for it thousands of times a second."""
+    global _last_second
+    if t is None:
+        t = time.time()
+    second = math.floor(t)
+    cached = _last_second
+    if cached[0] != second:
+        text = datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        cached = _last_second = (second, text)
     if micro:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{cached[1]}.{min(999_999, int((t - second) * 1_000_000)):06d}Z"
+    return f"{cached[1]}Z"
+
+
+_last_second: tuple[int, str] = (-1, "")
 
 
 @dataclass(eq=False)

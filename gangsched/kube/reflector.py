@@ -95,8 +95,9 @@ class Reflector:
             )
 
     async def list_all(self) -> None:
-        # a list of thousands of objects is read and handled with the collector paused
-        with collector_paused():
+        # a list of thousands of objects is read and handled with the collector paused, and
+        # what the first one loaded is frozen (see heap.py)
+        with collector_paused(freeze=not self.synced.is_set()):
             await self._list_all()
 
     async def _list_paged(self) -> None:

@@ -39,7 +39,6 @@ from gangsched.kube.api import KubeApi
 from gangsched.kube.binder import Binder, BindResult
 from gangsched.kube.client import JSON, FenceCheck, FencedError
 from gangsched.kube.gangspecs import GangSpecs
-from gangsched.kube.heap import settle
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.podreader import PodReader
@@ -155,7 +154,6 @@ class SchedulerService:
         loop_task: asyncio.Task[None] | None = None
         try:
             await self._until_synced()
-            settle()  # the state just loaded is out of the collector's reach from now on
             log.info(
                 "caches synced",
                 nodes=len(self._known["nodes"]),

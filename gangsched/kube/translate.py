@@ -190,21 +190,52 @@ def _placement(spec: Obj) -> Placement:
             _list(na.get("preferredDuringSchedulingIgnoredDuringExecution"), "preferred")
         )
     )
-    tolerations = tuple(
-        Toleration(
-            str(t.get("key", "") or ""),
-            str(t.get("operator", "Equal") or "Equal"),
-            str(t.get("value", "") or ""),
-            str(t.get("effect", "") or ""),
-        )
-        for t in _list(spec.get("tolerations"), "spec.tolerations")
-        if isinstance(t, Mapping)
-    )
+    tolerations = _tolerations(_list(spec.get("tolerations"), "spec.tolerations"))
     return Placement(
         node_selector=tuple(sorted(_str_map(spec.get("nodeSelector"), "nodeSelector").items())),
         affinity=NodeAffinity(required, preferred),
         tolerations=tolerations,
     )
+
+
+def _toleration(t: Obj) -> Toleration:
+    return Toleration(
+        str(t.get("key", "") or ""),
+        str(t.get("operator", "Equal") or "Equal"),
+        str(t.get("value", "") or ""),
+        str(t.get("effect", "") or ""),
+    )
+
+
+# Tolerations already read, by what they say: nearly every pod has the same few (the API
+# server adds not-ready and unreachable to each), read once each.
+_TOLERATIONS: dict[tuple[object, ...], Toleration] = {}
+_TOLERATIONS_MAX = 4096
+
+
+def _tolerations(raw: list[Any]) -> tuple[Toleration, ...]:
+    out = []
+    for t in raw:
+        if not isinstance(t, Mapping):
+            continue
+        key = (
+            t.get("key"),
+            t.get("operator"),
+            t.get("value"),
+            t.get("effect"),
+        )
+        try:
+            toleration = _TOLERATIONS.get(key)
+        except TypeError:  # something unhashable where a string belongs
+            out.append(_toleration(t))
+            continue
+        if toleration is None:
+            toleration = _toleration(t)
+            if len(_TOLERATIONS) >= _TOLERATIONS_MAX:
+                _TOLERATIONS.clear()
+            _TOLERATIONS[key] = toleration
+        out.append(toleration)
+    return tuple(out)
 
 
 class _Resize:
@@ -457,8 +488,13 @@ def _pod_affinity_terms(
     return required, tuple(preferred)
 
 
+_NO_POD_AFFINITY = PodAffinity()
+
+
 def _pod_affinity(spec: Obj, namespace: str, labels: Mapping[str, str]) -> PodAffinity:
     affinity = _map(spec.get("affinity"), "spec.affinity")
+    if "podAffinity" not in affinity and "podAntiAffinity" not in affinity:
+        return _NO_POD_AFFINITY  # (frozen: one object serves every pod without any)
     required, preferred = _pod_affinity_terms(
         affinity.get("podAffinity"), "spec.affinity.podAffinity", namespace, labels
     )
