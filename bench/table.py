@@ -1,7 +1,9 @@
 """Runs the benchmark set and prints the Markdown table kept in docs/benchmarks.md.
 
 .venv/bin/python bench/table.py            # in-process benches and simulator runs
-.venv/bin/python bench/table.py --cluster  # also the real-API-server benchmark (~1 min)
+
+Through a real API server, side by side with kube-scheduler and Coscheduling: bench/versus.py
+(it prints its own tables).
 """
 
 from __future__ import annotations
@@ -38,8 +40,7 @@ def run(cmd: list[str]) -> dict[str, object]:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--cluster", action="store_true")
-    args = p.parse_args()
+    p.parse_args()  # (--help)
     print(
         f"Machine: {platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}, {subprocess.getoutput('nproc')} cores.\n"
@@ -71,33 +72,6 @@ def main() -> int:
             f"{d['overcommitted_nodes']} | {d['gpu_allocation_mean']} / "
             f"{d['gpu_allocation_final']} | {d['wall_seconds']} |"
         )
-    if args.cluster:
-        print()
-        print(
-            "| command | mode | nodes | pods | seconds to all bound | pods/s | scheduler RSS MB |"
-        )
-        print("|---|---|---|---|---|---|---|")
-        for extra in ([], ["--live"]):
-            d = run(
-                [
-                    sys.executable,
-                    "bench/cluster_bench.py",
-                    "--nodes",
-                    "100",
-                    "--gpus-per-node",
-                    "8",
-                    "--gang-size",
-                    "8",
-                    "--pods",
-                    "800",
-                    *extra,
-                ]
-            )
-            print(
-                f"| `{d['command']}` | {d['nodes']} | {d['pods']} | "
-                f"{d['seconds_to_all_bound']} | {d['pods_per_second']} | "
-                f"{d['scheduler_rss_mb']} |"
-            )
     return 0
 
 

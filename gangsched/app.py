@@ -171,6 +171,10 @@ class App:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(settle)
 
+        # Started once the scheduler's caches are in: its start-up (kopf's, a thread of its
+        # own on the same interpreter) would otherwise hold up the first list, and the
+        # Accepted condition it writes is not urgent.
+        await self.service.ready.wait()
         self._status_thread = self.status.start_thread(self._status_stop, on_exit)
         error = await ended
         why = f": {type(error).__name__}: {error}" if error is not None else " unexpectedly"

@@ -27,9 +27,8 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kopf
 from kubernetes_asyncio.client import Configuration
 
 from gangsched.kube import labels as lbl
@@ -45,6 +44,9 @@ from gangsched.kube.podstatus import (
     transition_time,
 )
 from gangsched.kube.translate import podgroup_from
+
+if TYPE_CHECKING:
+    import kopf  # imported when the controller starts, on its thread: not on the daemon's start
 
 __all__ = [
     "ACCEPTED",
@@ -62,6 +64,8 @@ RETRY_MAX = 30.0  # seconds between tries of a write that keeps failing, at most
 
 
 def connection_info(cfg: Configuration) -> kopf.ConnectionInfo:
+    import kopf
+
     token = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization")
     scheme = None
     if token and " " in token:
@@ -148,6 +152,8 @@ class StatusController:
         self.writes = 0
 
     def _build_registry(self) -> kopf.OperatorRegistry:
+        import kopf
+
         registry = kopf.OperatorRegistry()
         conn = self._conn
 
@@ -219,6 +225,8 @@ class StatusController:
     async def run(self, stop: threading.Event | None = None) -> None:
         """Run until ``stop`` is set (or, without one, until kopf's own signal handling stops
         it). Creates its API client on the running loop."""
+        import kopf
+
         settings = kopf.OperatorSettings()
         settings.posting.enabled = False
         settings.watching.server_timeout = 300

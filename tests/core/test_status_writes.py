@@ -1043,13 +1043,18 @@ def test_a_timeout_is_said_in_the_pod_condition_not_in_annotations(
 class IdleService:
     """The scheduler service, doing nothing until it is stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, sync: bool = True) -> None:
         self.ready = asyncio.Event()
+        self.running = asyncio.Event()
         self.last_turn = time.monotonic()
         self.metrics = Metrics()
         self.reporter = Reporter(FakeKube(), Outbox(), "test")
+        self._sync = sync
 
     async def run(self) -> None:
+        self.running.set()
+        if self._sync:
+            self.ready.set()  # its caches are in
         await asyncio.Event().wait()
 
 
@@ -1067,8 +1072,8 @@ class BrokenController(StatusController):
         raise RuntimeError("kopf crashed")
 
 
-def _app(controller: StatusController) -> App:
-    service = IdleService()
+def _app(controller: StatusController, service: IdleService | None = None) -> App:
+    service = service or IdleService()
     return App(
         Settings(),
         FakeKube(),  # type: ignore[arg-type]
@@ -1092,6 +1097,25 @@ async def test_a_controller_that_stops_fails_healthz_and_ends_the_app() -> None:
     with pytest.raises(ControllerStoppedError, match="RuntimeError: kopf crashed"):
         await asyncio.wait_for(running, 10)
     assert app._status_thread is not None and not app._status_thread.is_alive()
+
+
+async def test_the_controller_starts_once_the_scheduler_caches_are_in() -> None:
+    """kopf's start-up would compete with the first lists for the interpreter: the PodGroup
+    controller's thread starts only when the scheduler is ready."""
+    controller = BrokenController()
+    service = IdleService(sync=False)
+    app = _app(controller, service)
+    running = asyncio.create_task(app.run())
+    try:
+        await asyncio.wait_for(service.running.wait(), 10)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert app._status_thread is None and not controller.started.is_set()
+        service.ready.set()
+        assert await asyncio.to_thread(controller.started.wait, 10)
+    finally:
+        app.stop.set()
+        await asyncio.wait_for(running, 20)
 
 
 async def test_healthz_fails_once_the_controller_thread_has_ended() -> None:
