@@ -55,7 +55,7 @@ def _run_async(main: Any, prog: str) -> int:
 
     try:
         asyncio.run(runner())
-    except (OSError, kube_config_errors()) as e:
+    except (OSError, *kube_config_errors()) as e:  # type: ignore[misc]
         print(f"{prog}: cannot connect: {e}", file=sys.stderr)
         return 2
     except fatal_stops() as e:
@@ -73,11 +73,12 @@ def fatal_stops() -> tuple[type[Exception], ...]:
     return (LostLeadershipError, ControllerStoppedError)
 
 
-def kube_config_errors() -> type[Exception]:
+def kube_config_errors() -> tuple[type[Exception], ...]:
     from kubernetes_asyncio.config import ConfigException
 
-    error: type[Exception] = ConfigException
-    return error
+    from gangsched.kube.kubeconfig import KubeconfigError
+
+    return (KubeconfigError, ConfigException)
 
 
 def _daemon(args: argparse.Namespace, prog: str, main: Callable[[Any], Awaitable[None]]) -> int:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import math
-import os
 import platform
 import ssl
 import time
@@ -23,15 +21,18 @@ import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import msgspec
-from kubernetes_asyncio import config as kconfig
-from kubernetes_asyncio.client import Configuration
 
 from gangsched import __version__
 from gangsched.kube.http1 import ConnectionFailedError, Http1Pool
+from gangsched.kube.kubeconfig import ClusterConfig, from_kubernetes_asyncio
+from gangsched.kube.kubeconfig import load as load_kubeconfig
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio.client import Configuration
 
 __all__ = [
     "ApiError",
@@ -180,32 +181,20 @@ class _TokenBucket:
                 await asyncio.sleep(max(need, 0.01) / self._rate)
 
 
-async def load_configuration(kubeconfig: str | None, context: str | None = None) -> Configuration:
-    """A kubeconfig file when given (or $KUBECONFIG / ~/.kube/config), else in-cluster."""
-    cfg = Configuration()
-    in_cluster = "KUBERNETES_SERVICE_HOST" in os.environ
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path and not os.path.exists(os.path.expanduser(path.split(os.pathsep)[0])):
-        raise kconfig.ConfigException(f"kubeconfig {path} does not exist")
-    if path or not in_cluster:
-        await kconfig.load_kube_config(
-            config_file=path, context=context, client_configuration=cfg, persist_config=False
-        )
-    else:
-        kconfig.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return cfg
+async def load_configuration(kubeconfig: str | None, context: str | None = None) -> ClusterConfig:
+    """A kubeconfig file when given (or $KUBECONFIG / ~/.kube/config), else in-cluster (see
+    kubeconfig.py)."""
+    return await load_kubeconfig(kubeconfig, context)
 
 
-def _ssl_context(cfg: Configuration) -> ssl.SSLContext:
-    """The TLS settings the configuration names (as kubernetes-asyncio's own client sets them)."""
+def _ssl_context(cfg: ClusterConfig) -> ssl.SSLContext:
+    """The TLS settings the configuration names."""
     ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
     if cfg.cert_file:
         ctx.load_cert_chain(cfg.cert_file, keyfile=cfg.key_file)
     if not cfg.verify_ssl:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
-    if getattr(cfg, "disable_strict_ssl_verification", False):
-        ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
     return ctx
 
 
@@ -220,27 +209,26 @@ def _env_proxy(url: str) -> str | None:
     return proxies.get(parts.scheme or "https")
 
 
-AUTH_REFRESH = 60.0  # client-go re-reads a token file once a minute
-
-
 class KubeClient:
-    """Requests straight on one aiohttp session (kept alive, sized for the bound on requests in
-    flight), JSON bodies encoded and decoded by msgspec: what a request costs beyond the bytes
-    is a few microseconds. The configuration (server, TLS, credentials) comes from
-    kubernetes-asyncio's loaders; the credential is asked for again once a minute (a rotated
-    service-account token, a refreshed exec credential) and after a 401."""
+    """Requests on the small HTTP/1.1 client (http1.py; aiohttp when a proxy is in the way,
+    and for watches), JSON bodies encoded and decoded by msgspec. The configuration (server,
+    TLS, credentials) comes from kubeconfig.py; a token file or refreshed credential is read
+    again once a minute (a rotated service-account token, a refreshed exec credential) and
+    after a 401."""
 
     def __init__(
         self,
-        cfg: Configuration,
+        cfg: ClusterConfig | Configuration,
         qps: float = 50.0,
         burst: int = 100,
         max_in_flight: int = 32,
         *,
         agent: str | None = None,
     ) -> None:
+        if not isinstance(cfg, ClusterConfig):
+            cfg = from_kubernetes_asyncio(cfg)
         self._cfg = cfg
-        self.host = str(cfg.host).rstrip("/")
+        self.host = cfg.host.rstrip("/")
         self._agent = agent or user_agent("")
         self._bucket = _TokenBucket(qps, burst)
         # A quarter of the requests in flight is the background lane's own, so informational
@@ -255,9 +243,8 @@ class KubeClient:
         self._ssl: ssl.SSLContext | bool = (
             _ssl_context(cfg) if self.host.startswith("https:") else False
         )
-        self._server_hostname: str | None = getattr(cfg, "tls_server_name", None) or None
+        self._server_hostname: str | None = cfg.tls_server_name
         self._proxy: str | None = cfg.proxy or _env_proxy(self.host)
-        self._proxy_headers: Mapping[str, str] | None = cfg.proxy_headers
         self._session: aiohttp.ClientSession | None = None
         # Requests (all but watches) on the small HTTP/1.1 client, unless a proxy is in the way.
         parts = urllib.parse.urlsplit(self.host)
@@ -273,8 +260,6 @@ class KubeClient:
             )
         # a second session, with the fence's trace hook, for fenced writes only
         self._fenced_session: aiohttp.ClientSession | None = None
-        self._auth: str | None = None
-        self._auth_at = -math.inf
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
 
     def _new_session(self, trace: bool = False) -> aiohttp.ClientSession:
@@ -314,18 +299,7 @@ class KubeClient:
         self._session = self._fenced_session = None
 
     async def _authorization(self) -> str | None:
-        now = time.monotonic()
-        if now - self._auth_at >= AUTH_REFRESH:
-            self._auth_at = now
-            cfg = self._cfg
-            token = None
-            if "BearerToken" in cfg.api_key or cfg.refresh_api_key_hook is not None:
-                token = await cfg.get_api_key_with_prefix("BearerToken")
-            if token:
-                self._auth = str(token)
-            elif cfg.username or cfg.password:
-                self._auth = str(cfg.get_basic_auth_token())
-        return self._auth
+        return await self._cfg.auth_header()
 
     def _timeout(self, timeout: float | aiohttp.ClientTimeout | None) -> aiohttp.ClientTimeout:
         if isinstance(timeout, aiohttp.ClientTimeout):
@@ -365,13 +339,12 @@ class KubeClient:
                 headers=headers,
                 timeout=self._timeout(timeout),
                 proxy=self._proxy,
-                proxy_headers=self._proxy_headers,
                 server_hostname=self._server_hostname,
             )
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise ApiError(0, type(e).__name__, str(e)) from e
         if resp.status == 401:
-            self._auth_at = -math.inf  # the credential may have rotated: ask again
+            self._cfg.invalidate()  # the credential may have rotated: ask again
         return resp
 
     async def request(
@@ -449,7 +422,7 @@ class KubeClient:
         except ConnectionFailedError as e:
             raise ApiError(0, type(e).__name__, str(e)) from e
         if resp.status == 401:
-            self._auth_at = -math.inf  # the credential may have rotated: ask again
+            self._cfg.invalidate()  # the credential may have rotated: ask again
         return resp.status, resp.reason, resp.body
 
     async def _aiohttp_exchange(

@@ -23,18 +23,20 @@ exits with an error (see app.py). It can also run on its own with
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from kubernetes_asyncio.client import Configuration
 
 from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError
 from gangsched.kube.events import rfc3339
+from gangsched.kube.kubeconfig import ClusterConfig, from_kubernetes_asyncio
 from gangsched.kube.podstatus import (
     CONTROLLER_MANAGER,
     apply_body,
@@ -46,7 +48,9 @@ from gangsched.kube.podstatus import (
 from gangsched.kube.translate import podgroup_from
 
 if TYPE_CHECKING:
-    import kopf  # imported when the controller starts, on its thread: not on the daemon's start
+    # kopf is imported when the controller starts, on its thread: not on the daemon's start
+    import kopf
+    from kubernetes_asyncio.client import Configuration
 
 __all__ = [
     "ACCEPTED",
@@ -63,19 +67,28 @@ ACCEPTED = "Accepted"  # the condition type this controller owns
 RETRY_MAX = 30.0  # seconds between tries of a write that keeps failing, at most
 
 
-def connection_info(cfg: Configuration) -> kopf.ConnectionInfo:
+def connection_info(cfg: ClusterConfig) -> kopf.ConnectionInfo:
     import kopf
 
-    token = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization")
-    scheme = None
-    if token and " " in token:
-        scheme, token = token.split(" ", 1)
+    header = cfg.authorization or ""
+    if cfg.token_file:
+        with contextlib.suppress(OSError):
+            header = "Bearer " + Path(cfg.token_file).read_text().strip()
+    scheme, _, credential = header.partition(" ")
+    username = password = None
+    token = None
+    if scheme == "Basic" and credential:
+        username, _, password = base64.b64decode(credential).decode().partition(":")
+    elif credential:
+        token = credential
     return kopf.ConnectionInfo(
-        server=str(cfg.host),
+        server=cfg.host,
         ca_path=cfg.ssl_ca_cert or None,
         insecure=not cfg.verify_ssl,
-        scheme=scheme or ("Bearer" if token else None),
-        token=token or None,
+        scheme=scheme if token else None,
+        token=token,
+        username=username,
+        password=password,
         certificate_path=cfg.cert_file or None,
         private_key_path=cfg.key_file or None,
     )
@@ -137,29 +150,37 @@ def _key(body: Mapping[str, Any]) -> str:
 class StatusController:
     def __init__(
         self,
-        cfg: Configuration,
+        cfg: ClusterConfig | Configuration,
         make_client: Callable[[], KubeApi],
         debounce: float = 0.2,
     ) -> None:
-        self._conn = connection_info(cfg)
+        self._cfg = cfg if isinstance(cfg, ClusterConfig) else from_kubernetes_asyncio(cfg)
         self._make_client = make_client
         self._client: KubeApi | None = None
         self._debounce = debounce
         self.groups: dict[str, dict[str, Any]] = {}  # key -> the PodGroup as last seen
         self._pending: dict[str, asyncio.TimerHandle] = {}
         self._failures: dict[str, int] = {}  # key -> writes failed in a row
-        self.registry = self._build_registry()
+        self._registry: kopf.OperatorRegistry | None = None
         self.writes = 0
+
+    @property
+    def registry(self) -> kopf.OperatorRegistry:
+        """kopf's handlers (kopf is imported when they are first asked for: on the
+        controller's thread, not on the daemon's start)."""
+        if self._registry is None:
+            self._registry = self._build_registry()
+        return self._registry
 
     def _build_registry(self) -> kopf.OperatorRegistry:
         import kopf
 
         registry = kopf.OperatorRegistry()
-        conn = self._conn
+        cfg = self._cfg
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
-            return conn
+            return connection_info(cfg)  # at every login: a rotated token is read anew
 
         @kopf.on.event(lbl.GROUP, lbl.VERSION, lbl.PODGROUP_PLURAL, registry=registry)
         async def group_event(*, type: str, body: kopf.Body, **_: Any) -> None:
