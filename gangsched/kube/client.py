@@ -162,6 +162,13 @@ class _TokenBucket:
     async def take(self, background: bool = False) -> None:
         if self._rate <= 0:
             return
+        # Nobody waiting in this lane (nor, for the background, in the foreground) and a
+        # token to spare: take it at once, without the lane's lock (the usual case).
+        if not self._foreground.locked() and (not background or not self._background.locked()):
+            self._refill()
+            if self._tokens >= (1 + self.reserve if background else 1):
+                self._tokens -= 1
+                return
         if not background:
             async with self._foreground:
                 while True:

@@ -188,6 +188,7 @@ class Http1Pool:
         self._server_hostname = server_hostname if ssl_context is not None else None
         self._connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
+        self._open: set[_Connection] = set()  # idle or in use: what close() closes
         self._closed = False
         self.connections_made = 0
 
@@ -205,6 +206,10 @@ class Http1Pool:
         except (OSError, TimeoutError, ssl.SSLError) as e:
             raise ConnectionFailedError(f"cannot connect: {type(e).__name__}: {e}") from e
         self.connections_made += 1
+        if self._closed:  # closed while this connected
+            conn.close()
+            raise ConnectionFailedError("the client is closed")
+        self._open.add(conn)
         return conn
 
     async def request(
@@ -216,11 +221,14 @@ class Http1Pool:
     ) -> Response:
         """Send ``head`` (request line and headers, ending with the blank line) and ``body``;
         the whole answer, or :class:`ConnectionFailedError`."""
+        if self._closed:
+            raise ConnectionFailedError("the client is closed")
         data = head + body
         for attempt in (0, 1):
             reused = bool(self._idle)
             conn = self._idle.pop() if reused else await self._connect()
             if conn.closed:
+                self._open.discard(conn)
                 if attempt == 0:
                     continue
                 conn = await self._connect()
@@ -235,25 +243,31 @@ class Http1Pool:
                 async with asyncio.timeout(timeout):
                     response, keep = await conn.send(data)
             except ConnectionFailedError as e:
-                conn.close()
+                self._drop(conn)
                 if reused and not e.answered and attempt == 0:
                     continue  # the server closed it while it was idle: once more, anew
                 raise
             except TimeoutError as e:
-                conn.close()
+                self._drop(conn)
                 raise ConnectionFailedError(f"no answer within {timeout:g}s") from e
             except BaseException:
-                conn.close()  # cancelled half-way: the connection's state is unknown
+                self._drop(conn)  # cancelled half-way: the connection's state is unknown
                 raise
             if keep and not conn.closed and not self._closed:
                 self._idle.append(conn)
             else:
-                conn.close()
+                self._drop(conn)
             return response
         raise ConnectionFailedError("connection closed by the server")
 
+    def _drop(self, conn: _Connection) -> None:
+        conn.close()
+        self._open.discard(conn)
+
     def close(self) -> None:
+        """Close every connection, those in use too (their requests fail)."""
         self._closed = True
-        for conn in self._idle:
+        for conn in list(self._open):
             conn.close()
+        self._open.clear()
         self._idle.clear()

@@ -517,12 +517,15 @@ class SchedulerService:
             results = await self.binder.bind_gang(d)
         except FencedError:
             return  # nothing to report: the process is on its way out
+        ok = sum(1 for r in results if r.ok)
+        for result, n in (("success", ok), ("error", len(results) - ok)):
+            if n:
+                self.metrics.bindings.labels(result).inc(n)
         await self._sliced(results, self._bound)  # a gang of thousands: in slices
         self._report_group(d.gang)
         self.poke()
 
     def _bound(self, r: BindResult) -> None:
-        self.metrics.bindings.labels("success" if r.ok else "error").inc()
         if r.ok:
             self.reporter.scheduled(r.binding.pod, r.binding.node)
         else:

@@ -220,3 +220,23 @@ async def test_a_garbled_answer_is_a_connection_failure(pools: list[Http1Pool]) 
         pool = _pool(pools, server)
         with pytest.raises(ConnectionFailedError, match="unreadable answer"):
             await pool.request(HEAD, b"{}", 5)
+
+
+async def test_close_closes_the_connections_in_use_too(pools: list[Http1Pool]) -> None:
+    """A client closed while a request is on its way leaves no socket open: the request
+    fails, as it would through aiohttp's session."""
+    arrived = asyncio.Event()
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        arrived.set()
+        await asyncio.sleep(10)
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        pending = asyncio.create_task(pool.request(HEAD, b"{}", 30))
+        await asyncio.wait_for(arrived.wait(), 5)
+        pool.close()
+        with pytest.raises(ConnectionFailedError):
+            await asyncio.wait_for(pending, 5)
+        with pytest.raises(ConnectionFailedError, match="closed"):
+            await pool.request(HEAD, b"{}", 5)
