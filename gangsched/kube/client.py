@@ -299,7 +299,7 @@ class KubeClient:
 
     async def close(self) -> None:
         if self._direct is not None:
-            self._direct.close()
+            await self._direct.aclose()
         for session in (self._session, self._fenced_session):
             if session is not None:
                 await session.close()

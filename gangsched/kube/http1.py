@@ -47,6 +47,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.lost: asyncio.Future[None] | None = None  # done once the socket is closed
         self._buf = bytearray()
         self._waiter: asyncio.Future[tuple[Response, bool]] | None = None
         self._got_bytes = False
@@ -61,6 +62,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.lost = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
         self._got_bytes = True
@@ -74,6 +76,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.lost is not None and not self.lost.done():
+            self.lost.set_result(None)
         if self._head is not None and self._head[2] == -2 and self._waiter is not None:
             status, reason, _, _ = self._head
             if not self._waiter.done():
@@ -98,6 +102,11 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
 
     def _fail(self, error: Exception) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -189,6 +198,9 @@ class Http1Pool:
         self._connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()  # idle or in use: what close() closes
+        # closed but perhaps not yet shut: a TLS connection is closed by an exchange of
+        # close_notify alerts, and its socket is only released when that is done
+        self._closing: set[_Connection] = set()
         self._closed = False
         self.connections_made = 0
 
@@ -263,11 +275,35 @@ class Http1Pool:
     def _drop(self, conn: _Connection) -> None:
         conn.close()
         self._open.discard(conn)
+        self._shutting(conn)
+
+    def _shutting(self, conn: _Connection) -> None:
+        if conn.lost is not None and not conn.lost.done():
+            self._closing.add(conn)
+            conn.lost.add_done_callback(lambda _: self._closing.discard(conn))
 
     def close(self) -> None:
-        """Close every connection, those in use too (their requests fail)."""
+        """Close every connection, those in use too (their requests fail). TLS connections
+        finish their shutdown while the event loop runs; :meth:`aclose` waits for it."""
         self._closed = True
         for conn in list(self._open):
             conn.close()
+            self._shutting(conn)
         self._open.clear()
         self._idle.clear()
+
+    async def aclose(self, timeout: float = 1.0) -> None:
+        """:meth:`close`, then wait up to ``timeout`` seconds for every connection's socket
+        to be released, and cut those still open (a server that does not answer the TLS
+        close_notify). Without this, an event loop that ends right after closing leaves
+        sockets open."""
+        self.close()
+        waiting = [c.lost for c in self._closing if c.lost is not None]
+        if waiting:
+            await asyncio.wait(waiting, timeout=timeout)
+        cut = [c.lost for c in self._closing if c.lost is not None]
+        for conn in list(self._closing):
+            conn.abort()
+        if cut:  # an aborted socket is released a loop turn or two later
+            await asyncio.wait(cut, timeout=1.0)
+        self._closing.clear()

@@ -5,10 +5,16 @@ connection, timeouts, and a last look before the bytes go out."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
+from gangsched.devcluster.controlplane import _generate_pki
 from gangsched.kube.http1 import ConnectionFailedError, Http1Pool
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -65,7 +71,7 @@ async def pools() -> AsyncIterator[list[Http1Pool]]:
     made: list[Http1Pool] = []
     yield made
     for p in made:
-        p.close()
+        await p.aclose()
 
 
 def _pool(pools: list[Http1Pool], server: RawServer) -> Http1Pool:
@@ -240,3 +246,44 @@ async def test_close_closes_the_connections_in_use_too(pools: list[Http1Pool]) -
             await asyncio.wait_for(pending, 5)
         with pytest.raises(ConnectionFailedError, match="closed"):
             await pool.request(HEAD, b"{}", 5)
+
+
+async def test_aclose_releases_tls_sockets_even_when_the_server_never_ends_the_shutdown(
+    tmp_path: Path,
+) -> None:
+    """Closing a TLS connection sends close_notify and waits for the server's; the socket is
+    only released when that comes. A client whose event loop ends right after ``close()``
+    would leave the socket open: ``aclose()`` waits a moment, then cuts it."""
+    _generate_pki(tmp_path)
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    done = threading.Event()
+
+    def serve() -> None:  # answers once, then holds the connection without a word
+        conn, _ = listener.accept()
+        with server_ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            tls.sendall(_answer(b"ok", "200 OK"))
+            done.wait(10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client_ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    pool = Http1Pool("127.0.0.1", port, ssl_context=client_ctx, server_hostname="localhost")
+    try:
+        response = await pool.request(HEAD, b"{}", 5)
+        assert response.status == 200
+        [conn] = list(pool._open)
+        pool.close()
+        await asyncio.sleep(0.2)
+        assert conn.lost is not None and not conn.lost.done(), "the server ends no shutdown"
+        t0 = time.monotonic()
+        await pool.aclose(timeout=0.3)
+        assert conn.lost.done()
+        assert time.monotonic() - t0 < 2
+    finally:
+        done.set()
+        listener.close()
+        thread.join(10)
