@@ -34,3 +34,10 @@ class CoreConfig:
     filters: tuple[str, ...] = field(default_factory=_default_filters)
     score_weights: dict[str, int] = field(default_factory=_default_weights)
     plugin_settings: PluginSettings = field(default_factory=PluginSettings)
+    # Whole-gang preemption of gangs of strictly lower priority.
+    preemption: bool = True
+    # How long capacity freed by a preemption is held for the preemptor while its victims
+    # terminate; then it is given back and the gang tries again.
+    preemption_hold_seconds: float = 120.0
+    # A gang that has waited this long for capacity gets a reservation (None: never).
+    reservation_after_seconds: float | None = 60.0

@@ -13,7 +13,10 @@ __all__ = [
     "GangTimedOut",
     "GangUnschedulable",
     "GangWaiting",
+    "MemberLoss",
     "PodRef",
+    "Preempt",
+    "Victim",
 ]
 
 
@@ -89,4 +92,48 @@ class GangTimedOut:
     reason: str = "Timeout"
 
 
-Decision = BindGang | GangUnschedulable | GangWaiting | GangTimedOut
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A pod to evict so that a gang of higher priority fits. ``gang`` is the victim's own
+    gang key (a plain pod's is empty)."""
+
+    pod: PodRef
+    node: str
+    priority: int
+    gang: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Gang ``gang`` (priority ``priority``) fits once ``victims`` are gone. The adapter marks
+    each victim (a ``DisruptionTarget`` condition, reason ``PreemptionByScheduler``, and a
+    ``Preempted`` event carrying ``message``) and deletes it with its graceful termination;
+    it sets ``status.nominatedNodeName`` on each preemptor pod in ``nominations``. The core
+    holds the nominated capacity for the gang (no gang of lower priority may take it) until
+    the victims are gone, then binds the gang whole with an ordinary ``BindGang``, or gives
+    the capacity back at ``deadline``."""
+
+    gang: str
+    priority: int
+    nominations: tuple[Binding, ...]
+    victims: tuple[Victim, ...]
+    deadline: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLoss:
+    """A gang that had reached quorum has fewer than ``min_member`` members running or
+    succeeded (a member failed or was deleted). The adapter records it (an event, and the
+    PodGroup's status from ``group_status``); under the ``RestartGang`` policy it deletes the
+    members in ``restart`` (every live member left) so that their controller recreates them
+    and the gang is scheduled again whole."""
+
+    gang: str
+    running: int
+    min_member: int
+    message: str
+    restart: tuple[PodRef, ...] = ()
+
+
+Decision = BindGang | GangUnschedulable | GangWaiting | GangTimedOut | Preempt | MemberLoss

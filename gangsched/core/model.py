@@ -233,6 +233,10 @@ class Pod:
     unsupported: str = ""
     # The API object's version this was read from (opaque; the adapter's write preconditions).
     resource_version: str = ""
+    # spec.preemptionPolicy: "PreemptLowerPriority" (the default) or "Never".
+    preemption_policy: str = "PreemptLowerPriority"
+    # status.nominatedNodeName as last read (set by a preemption that is waiting for its victims).
+    nominated_node: str = ""
 
     @property
     def key(self) -> str:
@@ -284,6 +288,15 @@ class GangSpec:
     once_satisfied_alone: bool = True
     # Spec errors found while translating; a gang with an error is never scheduled.
     invalid_reason: str = ""
+    # False: the gang never preempts others, whatever its priority (the PodGroup's opt-out;
+    # a member with preemptionPolicy Never opts the whole gang out too).
+    preempt: bool = True
+    # How long a run of the gang is expected to take, when its PodGroup says (backfill: a
+    # gang that ends before a reservation is complete may use the reserved capacity).
+    expected_runtime_seconds: float | None = None
+    # What follows when a gang that ran has fewer than minMember members running or
+    # succeeded: "None" (its controller decides) or "RestartGang" (delete the rest).
+    on_member_loss: str = "None"
 
     @property
     def namespace(self) -> str:
@@ -292,3 +305,15 @@ class GangSpec:
     @property
     def name(self) -> str:
         return self.key.partition("/")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget as preemption reads it: which pods it covers (in its namespace)
+    and how many of them may still be disrupted (``status.disruptionsAllowed``). A nil
+    selector selects nothing; an empty one selects every pod of the namespace."""
+
+    namespace: str
+    name: str
+    selector: LabelSelector | None
+    allowed: int

@@ -35,7 +35,7 @@ from gangsched.core.decisions import (
     PodRef,
 )
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending, shortfall
-from gangsched.core.model import GangSpec, Node, Pod
+from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
 from gangsched.core.plugins.task_topology import bucket_order
@@ -135,6 +135,7 @@ class Scheduler:
         self.specs: dict[str, GangSpec] = {}
         # gang key -> every pod that names it, whatever its scheduler, and their status counts
         self.group_pods: dict[str, GroupTally] = {}
+        self.budgets: dict[tuple[str, str], DisruptionBudget] = {}
         self.cycles = 0
 
     # ---- events: nodes -----------------------------------------------------------------
@@ -166,6 +167,14 @@ class Scheduler:
 
     def namespace_delete(self, name: str) -> None:
         self.cache.remove_namespace(name)
+
+    # ---- events: disruption budgets ----------------------------------------------------
+    def budget_upsert(self, budget: DisruptionBudget) -> None:
+        """A PodDisruptionBudget: preemption spares the pods it protects where it can."""
+        self.budgets[(budget.namespace, budget.name)] = budget
+
+    def budget_delete(self, namespace: str, name: str) -> None:
+        self.budgets.pop((namespace, name), None)
 
     # ---- events: storage ---------------------------------------------------------------
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes decide where
