@@ -169,6 +169,18 @@ class ClusterCache:
         if self.on_assumption is not None:
             self.on_assumption(uid)
 
+    def lift(self, uid: str) -> None:
+        """What-if: stop counting a pod where it runs, as if it were gone (preemption and
+        reservations ask where a gang would fit without some pods). ``restore`` undoes it;
+        the caller restores every pod it lifted before the cycle ends."""
+        self._count(uid, "", {})
+
+    def restore(self, uid: str) -> None:
+        """Count a lifted pod again where it runs."""
+        pod = self.pods.get(uid)
+        if pod is not None:
+            self._count(uid, self._target(pod), pod.requests)
+
     def node_of(self, uid: str) -> str:
         """The node a pod is counted on (bound or assumed), or ''."""
         return self._counted_on.get(uid, "")

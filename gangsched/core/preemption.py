@@ -1,0 +1,261 @@
+"""Whole-gang preemption: which running pods to evict so that a gang of higher priority fits.
+
+The unit of eviction is a gang, as the kube-batch PodGroup design asks ("consider the PodGroup
+when preempting"): evicting one member of a running Strict gang evicts all of its running
+members (and those of its gang group), since the rest would hold their resources uselessly.
+A NonStrict gang gives up only members above its minMember, youngest first. A pod outside any
+gang known to this scheduler is a unit of its own. Only pods of strictly lower priority than
+every member the preemptor places are ever victims; a unit with any member of equal or higher
+priority is not a candidate at all.
+
+The search is what-if placement through the ordinary gang cycle, so the preemptor's own
+constraints (affinity, spread, ports, volumes...) decide where it fits:
+
+1. Pods already terminating, and victims promised to an earlier preemption, count as gone.
+2. Candidate units are lifted (no longer counted on their nodes) a priority level at a time,
+   lowest first, until the gang fits: the victims' highest priority is as low as it can be.
+3. Reprieve, as kube-scheduler does for one pod: every lifted unit is put back in turn, units
+   whose eviction would break a PodDisruptionBudget first, then higher priority first, then
+   more GPUs first, then older first; a unit stays back if the gang still fits. What is left
+   lifted is the victim set: no unit in it can be spared, fewest of the highest priority,
+   fewest GPUs, youngest victims.
+
+Everything lifted is restored before ``plan`` returns; the caller assumes the preemptor's
+placements over the victims (the nodes are over-committed in the accounting until the victims
+are gone, which is what holds the capacity for the preemptor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gangsched.core.cache import ClusterCache
+from gangsched.core.cycle import GangCycle
+from gangsched.core.gang import Gang, Holdings
+from gangsched.core.labels import selector_matches
+from gangsched.core.model import DisruptionBudget, GangMode, Pod, PodAffinity
+from gangsched.core.resources import GPU
+
+__all__ = ["Plan", "Preemptor", "Unit", "gang_priority"]
+
+_NO_AFFINITY = PodAffinity()
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """Pods evicted together. ``gang`` is their gang key, '' for a pod alone."""
+
+    gang: str
+    pods: tuple[Pod, ...]
+    priority: int  # the highest among its pods
+    gpus: int
+    created: float  # the youngest member's creation time
+
+    @property
+    def uids(self) -> tuple[str, ...]:
+        return tuple(p.uid for p in self.pods)
+
+
+@dataclass(slots=True)
+class Plan:
+    placements: dict[str, str]  # preemptor pod uid -> node
+    victims: list[Unit] = field(default_factory=list)
+    # pods already on their way out (terminating, or promised to an earlier preemption) on
+    # the nodes of the placements: the gang waits for them too
+    awaited: list[str] = field(default_factory=list)
+
+
+def gang_priority(pending: Iterable[Pod]) -> int:
+    """The priority a gang preempts with: the lowest of its members waiting to be placed, so
+    that no member ever evicts a pod of its own priority or higher."""
+    return min((p.priority for p in pending), default=0)
+
+
+def _unit(gang: str, pods: list[Pod]) -> Unit:
+    return Unit(
+        gang,
+        tuple(sorted(pods, key=lambda p: p.uid)),
+        max(p.priority for p in pods),
+        sum(p.requests.get(GPU, 0) for p in pods),
+        max(p.created for p in pods),
+    )
+
+
+class Preemptor:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        cycle: GangCycle,
+        gangs: Mapping[str, Gang],
+        budgets: Mapping[tuple[str, str], DisruptionBudget],
+        ours: Callable[[Pod], bool],
+    ) -> None:
+        self._cache = cache
+        self._cycle = cycle
+        self._gangs = gangs
+        self._budgets = budgets
+        self._ours = ours
+        self.trials = 0  # what-if placements tried, over the process's life
+
+    # ---- the search ---------------------------------------------------------------------
+    def plan(
+        self, gang: Gang, h: Holdings, priority: int, promised: Collection[str]
+    ) -> Plan | None:
+        """The victims whose eviction lets ``gang`` (its pending members ``h.pending``,
+        preempting with ``priority``) reach quorum, and where it then goes; None when no set
+        of lower-priority units would do. ``promised``: victims of earlier preemptions not
+        yet gone (counted as gone, never chosen again)."""
+        cache = self._cache
+        group = gang.spec.gang_group if gang.spec is not None else ()
+        going, units = self._candidates(priority, promised, min(group) if group else gang.key)
+        if not units:
+            return None
+        lifted: list[str] = []
+        try:
+            for uid in going:
+                cache.lift(uid)
+                lifted.append(uid)
+            placements: dict[str, str] | None = None
+            chosen: list[Unit] = []
+            for level in sorted({u.priority for u in units}):
+                tier = [u for u in units if u.priority == level]
+                for u in tier:
+                    for uid in u.uids:
+                        cache.lift(uid)
+                        lifted.append(uid)
+                chosen.extend(tier)
+                placements = self._try(gang, h)
+                if placements is not None:
+                    break
+            if placements is None:
+                return None
+            victims, placements = self._reprieve(gang, h, chosen, placements)
+        finally:
+            for uid in lifted:
+                cache.restore(uid)
+        used = set(placements.values())
+        awaited = sorted(uid for uid in going if cache.node_of(uid) in used)
+        return Plan(placements, victims, awaited)
+
+    def _reprieve(
+        self, gang: Gang, h: Holdings, chosen: list[Unit], placements: dict[str, str]
+    ) -> tuple[list[Unit], dict[str, str]]:
+        """Put back every unit the gang can do without, most valuable first."""
+        cache = self._cache
+        order = sorted(chosen, key=lambda u: (-u.priority, -u.gpus, u.created, u.gang, u.uids))
+        breaking = self._breaking_budgets(order)
+        order.sort(key=lambda u: u.uids not in breaking)  # stable: budgets first
+        # A unit with no pod on the nodes the gang now uses leaves that placement as it is,
+        # unless pods constrain each other across nodes (affinity, spread): no trial needed.
+        loose = not any(p.spread or p.pod_affinity != _NO_AFFINITY for p in h.pending)
+        victims: list[Unit] = []
+        used = set(placements.values())
+        for u in order:
+            for uid in u.uids:
+                cache.restore(uid)
+            if (
+                loose
+                and not any(p.node_name in used for p in u.pods)
+                and not any(p.pod_affinity.required_anti for p in u.pods)
+            ):
+                continue
+            again = self._try(gang, h)
+            if again is not None:
+                placements = again
+                used = set(placements.values())
+                continue
+            for uid in u.uids:
+                cache.lift(uid)
+            victims.append(u)
+        return victims, placements
+
+    def _try(self, gang: Gang, h: Holdings) -> dict[str, str] | None:
+        """Where the gang's pending members would go now, reaching quorum; nothing stays
+        assumed."""
+        self.trials += 1
+        attempt = self._cycle.run(gang, h)
+        placed = attempt.placements
+        for uid in reversed(list(placed)):
+            self._cache.forget(uid)
+        if attempt.failed or not attempt.satisfied:
+            return None
+        return dict(placed)
+
+    # ---- candidates ---------------------------------------------------------------------
+    def _candidates(
+        self, priority: int, promised: Collection[str], own: str
+    ) -> tuple[list[str], list[Unit]]:
+        """(pods counted as gone already, units that may be evicted)."""
+        cache = self._cache
+        going: list[str] = []
+        alone: list[Pod] = []
+        grouped: dict[str, list[Pod]] = {}
+        for info in cache.nodes.values():
+            for uid in info.pods:
+                pod = cache.pods.get(uid)
+                if pod is None or not pod.node_name or pod.terminal:
+                    continue  # assumed, not bound: a reservation, never a victim
+                if pod.deleting or uid in promised:
+                    going.append(uid)
+                    continue
+                key = self._unit_key(pod)
+                if key == own:
+                    continue
+                if key:
+                    grouped.setdefault(key, []).append(pod)
+                elif pod.priority < priority:
+                    alone.append(pod)
+        units = [_unit("", [p]) for p in alone]
+        promised_set = set(promised)
+        for key, pods in grouped.items():
+            units.extend(self._gang_units(key, pods, priority, promised_set))
+        going.sort()
+        return going, units
+
+    def _unit_key(self, pod: Pod) -> str:
+        """The key of the gang (or gang group) a running pod is evicted with, or ''."""
+        if not pod.group or not self._ours(pod):
+            return ""
+        gang = self._gangs.get(pod.group)
+        if gang is None or gang.spec is None:
+            return ""
+        group = gang.spec.gang_group
+        return min(group) if group else gang.key
+
+    def _gang_units(
+        self, key: str, pods: list[Pod], priority: int, promised: set[str]
+    ) -> list[Unit]:
+        if any(p.priority >= priority for p in pods):
+            return []
+        gang = self._gangs.get(pods[0].group)
+        assert gang is not None and gang.spec is not None
+        spec = gang.spec
+        if spec.gang_group or spec.mode is GangMode.STRICT:
+            return [_unit(key, pods)]
+        # NonStrict: only the members above minMember, youngest first, one at a time. Members
+        # already on their way out count against what it may still give.
+        gone = sum(1 for uid in gang.members if uid in promised)
+        spare = len(pods) - max(0, spec.min_member - gone)
+        if spare <= 0:
+            return []
+        youngest = sorted(pods, key=lambda p: (-p.created, p.uid))[:spare]
+        return [_unit(key, [p]) for p in youngest]
+
+    # ---- disruption budgets -------------------------------------------------------------
+    def _breaking_budgets(self, order: list[Unit]) -> set[tuple[str, ...]]:
+        """Units whose eviction would take a PodDisruptionBudget below what it allows, given
+        the units before them in ``order`` are evicted too (kube-scheduler's count)."""
+        if not self._budgets:
+            return set()
+        allowed = {k: b.allowed for k, b in self._budgets.items()}
+        out: set[tuple[str, ...]] = set()
+        for u in order:
+            for pod in u.pods:
+                for k, b in self._budgets.items():
+                    if b.namespace == pod.namespace and b.selector is not None:
+                        if selector_matches(b.selector, pod.labels):
+                            allowed[k] -= 1
+                            if allowed[k] < 0:
+                                out.add(u.uids)
+        return out
