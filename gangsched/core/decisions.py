@@ -126,14 +126,17 @@ class MemberLoss:
     """A gang that had reached quorum has fewer than ``min_member`` members running or
     succeeded (a member failed or was deleted). The adapter records it (an event, and the
     PodGroup's status from ``group_status``); under the ``RestartGang`` policy it deletes the
-    members in ``restart`` (every live member left) so that their controller recreates them
-    and the gang is scheduled again whole."""
+    members in ``restart`` (every member left that holds a node) so that their controller
+    recreates them and the gang is scheduled again whole. ``members``: every member left that
+    has not finished and is not being deleted (the event goes on each). The rule is
+    core/lifecycle.py's."""
 
     gang: str
     running: int
     min_member: int
     message: str
     restart: tuple[PodRef, ...] = ()
+    members: tuple[PodRef, ...] = ()
 
 
 Decision = BindGang | GangUnschedulable | GangWaiting | GangTimedOut | Preempt | MemberLoss

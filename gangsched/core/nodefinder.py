@@ -69,6 +69,10 @@ class NodeFinder:
         self._order: list[str] = []
         self._next_start = 0
 
+    def add_filter(self, f: FilterPlugin) -> None:
+        """A filter the scheduler itself owns (not a configurable plugin), run last."""
+        self._dynamic.append(f)
+
     def unhonoured(self, pod: Pod) -> str:
         """The first field of ``pod`` whose filter the configuration left out, named with the
         plugin, or ''. Such a pod is refused: placing it while ignoring a required constraint

@@ -100,12 +100,19 @@ class Preemptor:
 
     # ---- the search ---------------------------------------------------------------------
     def plan(
-        self, gang: Gang, h: Holdings, priority: int, promised: Collection[str]
+        self,
+        gang: Gang,
+        h: Holdings,
+        priority: int,
+        promised: Collection[str],
+        keep_first: Callable[[Unit], tuple[float, ...]] | None = None,
     ) -> Plan | None:
         """The victims whose eviction lets ``gang`` (its pending members ``h.pending``,
         preempting with ``priority``) reach quorum, and where it then goes; None when no set
         of lower-priority units would do. ``promised``: victims of earlier preemptions not
-        yet gone (counted as gone, never chosen again)."""
+        yet gone (counted as gone, never chosen again). ``keep_first``: the reprieve order
+        (default: preemption's, with disruption budgets); reservations ask which pods to wait
+        for with their own."""
         cache = self._cache
         group = gang.spec.gang_group if gang.spec is not None else ()
         going, units = self._candidates(priority, promised, min(group) if group else gang.key)
@@ -130,7 +137,7 @@ class Preemptor:
                     break
             if placements is None:
                 return None
-            victims, placements = self._reprieve(gang, h, chosen, placements)
+            victims, placements = self._reprieve(gang, h, chosen, placements, keep_first)
         finally:
             for uid in lifted:
                 cache.restore(uid)
@@ -139,13 +146,21 @@ class Preemptor:
         return Plan(placements, victims, awaited)
 
     def _reprieve(
-        self, gang: Gang, h: Holdings, chosen: list[Unit], placements: dict[str, str]
+        self,
+        gang: Gang,
+        h: Holdings,
+        chosen: list[Unit],
+        placements: dict[str, str],
+        keep_first: Callable[[Unit], tuple[float, ...]] | None,
     ) -> tuple[list[Unit], dict[str, str]]:
         """Put back every unit the gang can do without, most valuable first."""
         cache = self._cache
-        order = sorted(chosen, key=lambda u: (-u.priority, -u.gpus, u.created, u.gang, u.uids))
-        breaking = self._breaking_budgets(order)
-        order.sort(key=lambda u: u.uids not in breaking)  # stable: budgets first
+        if keep_first is not None:
+            order = sorted(chosen, key=lambda u: (*keep_first(u), u.gang, u.uids))
+        else:
+            order = sorted(chosen, key=lambda u: (-u.priority, -u.gpus, u.created, u.gang, u.uids))
+            breaking = self._breaking_budgets(order)
+            order.sort(key=lambda u: u.uids not in breaking)  # stable: budgets first
         # A unit with no pod on the nodes the gang now uses leaves that placement as it is,
         # unless pods constrain each other across nodes (affinity, spread): no trial needed.
         loose = not any(p.spread or p.pod_affinity != _NO_AFFINITY for p in h.pending)
@@ -231,6 +246,11 @@ class Preemptor:
         gang = self._gangs.get(pods[0].group)
         assert gang is not None and gang.spec is not None
         spec = gang.spec
+        siblings = [self._gangs.get(k) for k in spec.gang_group] if spec.gang_group else [gang]
+        if any(g is None or g.tally.assumed for g in siblings):
+            # Some member is reserved or its binding is on its way: evicting the bound ones
+            # would leave the gang below its quorum once those land. Not a candidate now.
+            return []
         if spec.gang_group or spec.mode is GangMode.STRICT:
             return [_unit(key, pods)]
         # NonStrict: only the members above minMember, youngest first, one at a time. Members
@@ -253,9 +273,12 @@ class Preemptor:
         for u in order:
             for pod in u.pods:
                 for k, b in self._budgets.items():
-                    if b.namespace == pod.namespace and b.selector is not None:
-                        if selector_matches(b.selector, pod.labels):
-                            allowed[k] -= 1
-                            if allowed[k] < 0:
-                                out.add(u.uids)
+                    if (
+                        b.namespace == pod.namespace
+                        and b.selector is not None
+                        and selector_matches(b.selector, pod.labels)
+                    ):
+                        allowed[k] -= 1
+                        if allowed[k] < 0:
+                            out.add(u.uids)
         return out

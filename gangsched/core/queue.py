@@ -17,15 +17,28 @@ contiguous. Three sets, as in kube-scheduler:
   woken earlier, it backs off until then, unless the wake says ``at_once`` (the member that
   may complete it arrived).
 
+No priority inversion through backoff: a gang backing off, or parked on cluster events, is
+tried ahead of its retry time when capacity was freed after it failed (a ``Wake.CLUSTER``
+event at a later time; the capacity a gang gives back as it fails, at a Permit timeout, is not
+freed for it) and it outranks the head of the active heap (it is part-way bound and the head is not,
+or its priority is higher). Otherwise a gang of lower priority that happens to be active
+would take the capacity the outranking gang was waiting for. Each such gang is tried at most
+once per cluster event: failing again, it waits for the next one, so a gang that can never
+fit is no hot loop. Gangs of equal priority keep their backoff (first come, first served
+among them is not worth a retry at every freed GPU).
+
 Every operation costs O(log n) or what it moves, never a walk over every queued gang: the
 backoff times and the park times are heaps (entries superseded since are skipped when they
-reach the top), and parked gangs are filed by what wakes them.
+reach the top), parked gangs are filed by what wakes them, and the gangs that may jump their
+backoff are a heap by sort key, fed at each cluster event with the gangs that failed since
+(each entry moves once).
 """
 
 from __future__ import annotations
 
 import enum
 import heapq
+from collections import deque
 from collections.abc import Iterable
 
 from gangsched.core.clock import Clock
@@ -56,6 +69,14 @@ class SchedulingQueue:
         self._parked_by: dict[Wake, dict[str, None]] = {w: {} for w in Wake}
         # gangs backing off only until their retry time after a wake by their own events
         self._spaced: set[str] = set()
+        # Gangs backing off or parked on cluster events: gang -> (entry sequence, whether a
+        # cluster event happened after it entered). Entries that did not see one yet are in
+        # _fresh, in the order they came (so by entry time); those that did, in the _eligible
+        # heap by sort key. Both lazy.
+        self._waiting: dict[str, tuple[int, bool]] = {}
+        self._fresh: deque[tuple[float, SortKey, int, str]] = deque()
+        self._eligible: list[tuple[SortKey, int, str]] = []
+        self._cluster_events = 0
         self._seq = 0
 
     # ---- adding ------------------------------------------------------------------------
@@ -63,8 +84,12 @@ class SchedulingQueue:
         """The gang has work. It becomes active unless it is backing off or parked."""
         if gang in self._active and self._keys.get(gang) == key:
             return  # already active with this key
+        old = self._keys.get(gang)
         self._keys[gang] = key
         if gang in self._backoff_until or gang in self._parked:
+            entry = self._waiting.get(gang)
+            if entry is not None and old != key:
+                self._enter_waiting(gang, eligible=entry[1])  # re-filed under its new key
             return
         self._push(gang, key)
 
@@ -74,6 +99,10 @@ class SchedulingQueue:
         self._active.pop(gang, None)
         self._end_backoff(gang)
         self._park(gang, wake, until)
+        if wake is Wake.CLUSTER:
+            self._enter_waiting(gang, eligible=False)
+        else:
+            self._waiting.pop(gang, None)
 
     def backoff(self, gang: str, key: SortKey, until: float) -> None:
         """Retry unconditionally once ``until`` passes."""
@@ -81,11 +110,13 @@ class SchedulingQueue:
         self._active.pop(gang, None)
         self._unpark(gang)
         self._to_backoff(gang, until)
+        self._enter_waiting(gang, eligible=False)
 
     def remove(self, gang: str) -> None:
         self._active.pop(gang, None)
         self._end_backoff(gang)
         self._unpark(gang)
+        self._waiting.pop(gang, None)
         self._keys.pop(gang, None)
 
     # ---- waking ------------------------------------------------------------------------
@@ -97,7 +128,12 @@ class SchedulingQueue:
         (a new member, a PodGroup change) may help it whatever it last failed on. A woken gang
         is active if its retry time has passed, else it backs off until then; with
         ``at_once``, the named gangs that wait on their own events are active now, whatever
-        their retry time (a backoff after failing on the cluster still holds)."""
+        their retry time (a backoff after failing on the cluster still holds).
+
+        A ``Wake.CLUSTER`` wake also makes every gang that failed on the cluster before it
+        eligible to jump its backoff (see ``pop``)."""
+        if wake is Wake.CLUSTER:
+            self._cluster_event()
         if gangs is None:
             chosen = list(self._parked_by[wake]) if wake is not None else []
         else:
@@ -131,12 +167,23 @@ class SchedulingQueue:
 
     # ---- taking ------------------------------------------------------------------------
     def pop(self) -> str | None:
-        while self._heap:
-            _, seq, g = heapq.heappop(self._heap)
-            if self._active.get(g) == seq:
-                del self._active[g]
-                return g
-        return None
+        """The next gang to try: the head of the active heap, unless a gang backing off (or
+        parked on cluster events) saw capacity freed since it failed and outranks that head:
+        then that gang, its backoff ended early."""
+        head = self._active_top()
+        if head is None:
+            return None
+        jump = self._eligible_top()
+        if jump is not None and jump[0][:2] < head[0][:2]:
+            heapq.heappop(self._eligible)
+            g = jump[2]
+            del self._waiting[g]
+            self._end_backoff(g)
+            self._unpark(g)
+            return g
+        heapq.heappop(self._heap)
+        del self._active[head[2]]
+        return head[2]
 
     def next_wakeup(self) -> float | None:
         times: list[float] = []
@@ -163,6 +210,12 @@ class SchedulingQueue:
             return "unschedulable"
         return ""
 
+    @property
+    def cluster_events(self) -> int:
+        """How many ``Wake.CLUSTER`` wakes there have been: a gang retried ahead of its
+        backoff failed before one of them (earlier than it, in time)."""
+        return self._cluster_events
+
     def counts(self) -> dict[str, int]:
         return {
             "active": len(self._active),
@@ -175,6 +228,7 @@ class SchedulingQueue:
 
     # ---- internals ---------------------------------------------------------------------
     def _push(self, gang: str, key: SortKey) -> None:
+        self._waiting.pop(gang, None)
         self._seq += 1
         self._active[gang] = self._seq
         heapq.heappush(self._heap, (key, self._seq, gang))
@@ -235,6 +289,45 @@ class SchedulingQueue:
         heap = self._parked_heap
         while heap and not self._parked_live(heap[0]):
             heapq.heappop(heap)
+        return heap[0] if heap else None
+
+    def _active_top(self) -> tuple[SortKey, int, str] | None:
+        heap = self._heap
+        while heap and self._active.get(heap[0][2]) != heap[0][1]:
+            heapq.heappop(heap)  # superseded
+        return heap[0] if heap else None
+
+    def _enter_waiting(self, gang: str, eligible: bool) -> None:
+        """File a gang that is backing off or parked on cluster events under its sort key."""
+        self._seq += 1
+        self._waiting[gang] = (self._seq, eligible)
+        entry = (self._keys[gang], self._seq, gang)
+        if eligible:
+            heapq.heappush(self._eligible, entry)
+        else:
+            self._fresh.append((self._clock.now(), *entry))
+        live = len(self._waiting)
+        if len(self._fresh) > 64 and len(self._fresh) > 4 * live:
+            self._fresh = deque(e for e in self._fresh if self._waiting.get(e[3]) == (e[2], False))
+        if len(self._eligible) > 64 and len(self._eligible) > 4 * live:
+            self._eligible = [e for e in self._eligible if self._waiting.get(e[2]) == (e[1], True)]
+            heapq.heapify(self._eligible)
+
+    def _cluster_event(self) -> None:
+        """Capacity changed: the gangs that failed before now may jump their backoff."""
+        self._cluster_events += 1
+        now = self._clock.now()
+        fresh = self._fresh
+        while fresh and fresh[0][0] < now:
+            _, k, seq, g = fresh.popleft()
+            if self._waiting.get(g) == (seq, False):
+                self._waiting[g] = (seq, True)
+                heapq.heappush(self._eligible, (k, seq, g))
+
+    def _eligible_top(self) -> tuple[SortKey, int, str] | None:
+        heap = self._eligible
+        while heap and self._waiting.get(heap[0][2]) != (heap[0][1], True):
+            heapq.heappop(heap)  # superseded
         return heap[0] if heap else None
 
     def _compact(self) -> None:

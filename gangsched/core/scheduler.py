@@ -12,7 +12,8 @@ Lifecycle of a gang's members: pending -> reserved (assumed in the cache) -> eit
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
@@ -33,14 +34,19 @@ from gangsched.core.decisions import (
     GangUnschedulable,
     GangWaiting,
     PodRef,
+    Preempt,
+    Victim,
 )
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending, shortfall
-from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod
+from gangsched.core.lifecycle import Lifecycle
+from gangsched.core.model import DisruptionBudget, GangMode, GangSpec, Node, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
 from gangsched.core.plugins.task_topology import bucket_order
+from gangsched.core.preemption import Preemptor, Unit, gang_priority
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
+from gangsched.core.reservation import Reservation, ReservationFilter, need_by_node
 from gangsched.core.resources import ResourceList, add_into, format_amount
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
 from gangsched.core.tally import GroupTally, MemberState
@@ -95,6 +101,10 @@ class GangView:
     satisfied_once: bool
     schedule_start: float | None
     last_failure: float | None
+    # The reservation the gang holds (core/reservation.py): nodes, since when, why.
+    reserved_nodes: tuple[str, ...] = ()
+    reserved_since: float | None = None
+    reservation_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +146,27 @@ class Scheduler:
         # gang key -> every pod that names it, whatever its scheduler, and their status counts
         self.group_pods: dict[str, GroupTally] = {}
         self.budgets: dict[tuple[str, str], DisruptionBudget] = {}
+        self.preemptor = Preemptor(
+            self.cache,
+            self.cycle,
+            self.gangs,
+            self.budgets,
+            lambda p: p.scheduler_name == config.scheduler_name,
+        )
+        # Preemptions waiting for their victims: gang -> victim uids not yet gone, and back.
+        self.awaiting: dict[str, set[str]] = {}
+        self.awaited_by: dict[str, set[str]] = {}
+        self.preemptions = 0
+        # The reservation for a gang that waited too long (core/reservation.py).
+        self.reserve = ReservationFilter(self._spec_of, clock.now)
+        self.finder.add_filter(self.reserve)
+        self.started: dict[str, float] = {}  # pod uid -> when this process saw it bound
+        # Victims this process asked to evict whose deletion the watch has not shown yet: they
+        # count as being deleted already (not toward their gang's quorum, never victims twice).
+        self.evicting: set[str] = set()
         self.cycles = 0
+        # Gangs that ran and lost members (core/lifecycle.py).
+        self.lifecycle = Lifecycle(self.cache, clock, lambda uid: uid in self.awaited_by)
 
     # ---- events: nodes -----------------------------------------------------------------
     def node_upsert(self, node: Node) -> None:
@@ -209,6 +239,13 @@ class Scheduler:
 
     # ---- events: pods ------------------------------------------------------------------
     def pod_upsert(self, pod: Pod) -> None:
+        if pod.uid in self.evicting:
+            if pod.deleting or pod.terminal or not pod.node_name:
+                self.evicting.discard(pod.uid)  # the watch says so now
+            else:
+                pod = replace(pod, deleting=True)
+        if pod.node_name and pod.uid not in self.started:
+            self.started[pod.uid] = self.clock.now()
         if (
             not pod.refused
             and not pod.node_name
@@ -235,13 +272,14 @@ class Scheduler:
         if pod.scheduler_name != name:
             if old is not None and old.scheduler_name == name:
                 self._leave(old)  # no longer this scheduler's: not a member of its gang
+                self._member_changed(old, pod)
             return
         key = pod.group or PLAIN_PREFIX + pod.uid
         if old is not None and old.group != pod.group:
             self._leave(old)
         gang = self._gang(key, pod)
         new_member = gang.tally.put(pod, pod.uid in self.cache.assumed)
-        if pod.node_name and not pod.terminal:
+        if pod.node_name and not pod.terminal and not pod.deleting:
             gang.has_bound = True
             if not gang.satisfied_once and (old is None or not old.node_name):
                 self._note_bound(gang)
@@ -263,16 +301,65 @@ class Scheduler:
                 gang.message = gated_message(
                     gang.spec.min_member, t.count(MemberState.GATED), t.gates, t.live
                 )
+        self._member_changed(old, pod)
+        if pod.terminal and pod.uid in self.awaited_by:
+            self._victim_gone(pod.uid)
 
     def pod_delete(self, uid: str) -> None:
+        self.started.pop(uid, None)
+        self.evicting.discard(uid)
         pod = self.cache.pods.get(uid)
         counted = bool(self.cache.node_of(uid))
         self.cache.remove_pod(uid)
         if pod is not None:
             self._ungroup(pod)
             self._leave(pod)
+            self._member_changed(pod, None)
+        self._victim_gone(uid)  # after the lifecycle saw it go as a victim
         if counted:
             self.queue.wake(Wake.CLUSTER)
+
+    def _member_changed(self, old: Pod | None, new: Pod | None) -> None:
+        """The gang lifecycle (core/lifecycle.py) takes in a member's event (``old``: the pod
+        as it was, ``new``: as it is now, None once deleted), in its old gang and its new one.
+        A loss under RestartGang counts the members it restarts as being deleted from now on
+        (as a binding is assumed before the watch confirms it)."""
+        name = self.config.scheduler_name
+        old_key = new_key = ""
+        if old is not None and old.scheduler_name == name:
+            old_key = old.group or PLAIN_PREFIX + old.uid
+        if new is not None and new.scheduler_name == name:
+            new_key = new.group or PLAIN_PREFIX + new.uid
+        pod = new if new is not None else old
+        if pod is not None and (new is None or new.deleting):
+            self.lifecycle.restarting.discard(pod.uid)  # the watch says so now
+        if old_key and old_key != new_key:
+            self._lifecycle_event(old_key, old, new)  # it left that gang
+        if new_key:
+            self._lifecycle_event(new_key, old if old_key == new_key else None, new)
+
+    def _lifecycle_event(self, key: str, old: Pod | None, new: Pod | None) -> None:
+        gang = self.gangs.get(key)
+        if gang is None:
+            self.lifecycle.forget(key)
+            return
+        loss = self.lifecycle.changed(gang, old, new)
+        for ref in loss.restart if loss is not None else ():
+            pod = self.cache.pods.get(ref.uid)
+            if pod is not None and not pod.deleting:
+                self.pod_upsert(replace(pod, deleting=True))
+                self.lifecycle.restarting.add(ref.uid)
+
+    def delete_failed(self, uid: str) -> None:
+        """The adapter could not delete a member that a gang restart (RestartGang) counted as
+        being deleted: it counts as the watch last showed it again."""
+        pod = self.cache.pods.get(uid)
+        if uid in self.lifecycle.restarting and pod is not None and pod.deleting:
+            self.lifecycle.restarting.discard(uid)
+            self.pod_upsert(replace(pod, deleting=False))
+        elif uid in self.evicting and pod is not None and pod.deleting:
+            self.evicting.discard(uid)
+            self.pod_upsert(replace(pod, deleting=False))
 
     def bind_failed(self, uid: str, message: str) -> None:
         """The adapter could not bind a pod. Its reservation is dropped and its gang retried
@@ -305,6 +392,7 @@ class Scheduler:
 
     def gang_delete(self, key: str) -> list[Decision]:
         self.specs.pop(key, None)
+        self._unreserve(key)
         gang = self.gangs.get(key)
         out = self._release(key, "Released", f"PodGroup {key} was deleted")
         if gang is not None:
@@ -312,6 +400,7 @@ class Scheduler:
             if not gang.members:
                 del self.gangs[key]
                 self.queue.remove(key)
+                self.lifecycle.forget(key)
         return out
 
     def restore_schedule_start(self, key: str, when: float) -> None:
@@ -323,10 +412,28 @@ class Scheduler:
 
     # ---- work --------------------------------------------------------------------------
     def tick(self) -> list[Decision]:
-        """Expire Permit deadlines and move due backoffs to active."""
-        out: list[Decision] = []
+        """Expire Permit deadlines and move due backoffs to active; return the gang lifecycle's
+        decisions made since (on pod events) too."""
+        out: list[Decision] = list(self.lifecycle.drain())
         now = self.clock.now()
+        for key in [k for k, left in self.awaiting.items() if not left]:
+            del self.awaiting[key]
+            gang = self.gangs.get(key)
+            if gang is not None and key in self.permit and self._gate(gang):
+                out.append(self._bind(gang, {}))
         for key in self.permit.expired(now):
+            if key in self.awaiting:
+                n = len(self.awaiting[key])
+                hold = self.config.preemption_hold_seconds
+                out.extend(
+                    self._release(
+                        key,
+                        "Released",
+                        f"{n} pod(s) evicted for it still running after {hold:g}s; "
+                        "the capacity held for it is given back",
+                    )
+                )
+                continue
             gang = self.gangs.get(key)
             timeout = self._timeout(gang.spec if gang else None)
             out.extend(
@@ -374,11 +481,26 @@ class Scheduler:
             refs = tuple(_ref(p) for p in h.pending)
             out.append(GangUnschedulable(key, refs, "Unschedulable", waiting))
             return out
+        self.reserve.begin_cycle()
         attempt = self.cycle.run(gang, h)
         if attempt.reason not in _NOT_ATTEMPTED and gang.schedule_start is None:
             gang.schedule_start = self.clock.now()
         if attempt.failed:
-            self._fail(gang, attempt.reason, attempt.message, attempt.wake)
+            if attempt.reason == "Unschedulable":
+                preempt = self._preempt(gang, h, attempt.message)
+                if preempt is not None:
+                    out.append(preempt)
+                    return out
+                self._reserve(gang, h)
+            message = attempt.message
+            r = self.reserve.current
+            if r is not None and r.gang == key:
+                nodes = ", ".join(r.nodes[:5]) + (" ..." if len(r.nodes) > 5 else "")
+                message += (
+                    f"; holds a reservation on {len(r.nodes)} node(s) ({nodes}) for "
+                    f"{self.clock.now() - r.since:.0f}s: {r.reason}"
+                )
+            self._fail(gang, attempt.reason, message, attempt.wake)
             out.append(
                 GangUnschedulable(
                     key, tuple(_ref(p) for p in h.pending), attempt.reason, attempt.message
@@ -429,6 +551,7 @@ class Scheduler:
             satisfied_once=gang.satisfied_once,
             schedule_start=gang.schedule_start,
             last_failure=gang.last_failure,
+            **self._reservation_view(key),
         )
 
     def group_status(self, key: str) -> GroupStatus | None:
@@ -452,6 +575,7 @@ class Scheduler:
             message=gang.message if gang is not None else "",
             attempted=gang is not None and (gang.schedule_start is not None or key in self.permit),
             binding=gang is not None and gang.tally.assumed > 0,
+            lost=self.lifecycle.lost(gang),
         )
 
     def holdings(self, key: str) -> Holdings | None:
@@ -525,6 +649,7 @@ class Scheduler:
         if not gang.members and (gang.plain or gang.spec is None):
             del self.gangs[key]
             self.queue.remove(key)
+            self._unreserve(key)
         elif gang.members:
             # A gang that waits says how many members it has: look at it again.
             self.queue.wake(None, (key,))
@@ -659,8 +784,9 @@ class Scheduler:
         return need == 0 and not roles
 
     def _gate(self, gang: Gang) -> bool:
-        """Permit: may this gang bind? Its own quorum, and every gang of its gang group."""
-        if not self._satisfied(gang.key):
+        """Permit: may this gang bind? Its own quorum, and every gang of its gang group; a
+        preemptor only once its victims are gone."""
+        if self.awaiting.get(gang.key) or not self._satisfied(gang.key):
             return False
         siblings = gang.spec.gang_group if gang.spec else ()
         return all(self._satisfied(s) for s in siblings if s != gang.key)
@@ -701,7 +827,163 @@ class Scheduler:
             gang.attempts = 0  # bound: the backoff starts afresh
         return out
 
+    def _preempt(self, gang: Gang, h: Holdings, why: str) -> Preempt | None:
+        """The gang failed for want of capacity: evict lower-priority gangs for it, if that
+        lets it fit (core/preemption.py). The placements are assumed at once (over the
+        victims, so no one else takes what they free) and held at Permit until the victims
+        are gone or ``preemption_hold_seconds`` pass."""
+        spec = gang.spec
+        if (
+            not self.config.preemption
+            or spec is None
+            or not spec.preempt
+            or gang.key in self.permit
+            or not h.pending
+            or any(p.preemption_policy == "Never" for p in h.pending)
+        ):
+            return None
+        priority = gang_priority(h.pending)
+        plan = self.preemptor.plan(gang, h, priority, self.awaited_by.keys())
+        if plan is None:
+            return None
+        for uid, node in plan.placements.items():
+            self.cache.assume(uid, node)
+        now = self.clock.now()
+        deadline = now + self.config.preemption_hold_seconds
+        self.permit.wait(gang.key, dict(plan.placements), deadline)
+        waiting = {uid for u in plan.victims for uid in u.uids} | set(plan.awaited)
+        self.awaiting[gang.key] = waiting
+        for uid in waiting:
+            self.awaited_by.setdefault(uid, set()).add(gang.key)
+        self.preemptions += 1
+        for u in plan.victims:
+            for victim in u.pods:
+                vg = self.gangs.get(victim.group) if victim.group else None
+                if vg is not None and vg.spec is not None and vg.spec.mode is GangMode.STRICT:
+                    # evicted whole: its replacements are scheduled whole again, not one by one
+                    vg.satisfied_once = False
+                    vg.has_bound = False  # not part-way bound: it queues by its priority
+        for u in plan.victims:
+            for victim in u.pods:
+                self.evicting.add(victim.uid)
+                self.pod_upsert(victim)  # counted as being deleted from now on
+        pods = self.cache.pods
+        victims = tuple(
+            Victim(_ref(p), p.node_name, p.priority, u.gang) for u in plan.victims for p in u.pods
+        )
+        gangs = sorted({u.gang for u in plan.victims if u.gang})
+        loose = sum(1 for u in plan.victims if not u.gang)
+        whom = ", ".join(gangs) + (f"{', ' if gangs else ''}{loose} pod(s)" if loose else "")
+        nodes = sorted(set(plan.placements.values()))
+        message = (
+            f"preempting {len(victims)} pod(s) of lower priority ({whom or 'none'}) for gang "
+            f"{gang.key} (priority {priority}) on {len(nodes)} node(s): "
+            f"{', '.join(nodes[:5])}{' ...' if len(nodes) > 5 else ''}"
+        )
+        if not victims:
+            message = (
+                f"waiting for {len(plan.awaited)} terminating pod(s) on {', '.join(nodes[:5])}"
+                f"{' ...' if len(nodes) > 5 else ''}; capacity held for gang {gang.key}"
+            )
+        gang.reason, gang.message = "Preempting", f"{message} (was: {why})"
+        gang.attempts = 0  # placed (over its victims): the backoff starts afresh
+        if gang.schedule_start is None:
+            gang.schedule_start = now
+        nominations = tuple(
+            Binding(_ref(pods[uid]), node) for uid, node in sorted(plan.placements.items())
+        )
+        return Preempt(gang.key, priority, nominations, victims, deadline, message)
+
+    def _reserve(self, gang: Gang, h: Holdings) -> None:
+        """The gang failed for want of capacity. Once it has waited long enough, and no gang
+        before it in queue order holds the reservation, reserve the nodes where it will fit
+        soonest (core/reservation.py), or refresh its reservation."""
+        after = self.config.reservation_after_seconds
+        spec = gang.spec
+        if after is None or spec is None or gang.schedule_start is None or not h.pending:
+            return
+        now = self.clock.now()
+        if now - gang.schedule_start < after:
+            return
+        current = self.reserve.current
+        if current is not None and current.gang != gang.key:
+            holder = self.gangs.get(current.gang)
+            if (
+                holder is not None
+                and holder.spec is not None
+                and holder.tally.queued
+                and self._sort_key(holder) <= self._sort_key(gang)
+            ):
+                return  # the holder comes first
+        priority = gang_priority(h.pending)
+        runtimes: dict[str, float | None] = {}
+
+        def end_of(u: Unit) -> float | None:
+            if u.gang not in runtimes:
+                s = self.specs.get(u.gang) if u.gang else None
+                runtimes[u.gang] = s.expected_runtime_seconds if s is not None else None
+            runtime = runtimes[u.gang]
+            if runtime is None:
+                return None
+            return max(self.started.get(p.uid, p.created) for p in u.pods) + runtime
+
+        def keep_first(u: Unit) -> tuple[float, ...]:
+            # keep (do not wait for) the pods expected to end last: those without a declared
+            # run time, youngest first, then the latest declared ends
+            end = end_of(u)
+            start = max(self.started.get(p.uid, p.created) for p in u.pods)
+            return (0.0, -start) if end is None else (1.0, -end)
+
+        self.reserve.current = None  # the search sees the cluster without any reservation
+        plan = self.preemptor.plan(gang, h, priority + 1, self.awaited_by.keys(), keep_first)
+        if plan is None or not (plan.victims or plan.awaited):
+            self.reserve.current = current
+            return
+        ends = [end_of(u) for u in plan.victims]
+        ready_at = (
+            None if any(e is None for e in ends) else max((e or now for e in ends), default=now)
+        )
+        since = current.since if current is not None and current.gang == gang.key else now
+        awaited = sum(len(u.pods) for u in plan.victims)
+        waited = now - gang.schedule_start
+        self.reserve.current = Reservation(
+            gang.key,
+            priority,
+            since,
+            need_by_node(plan.placements, self.cache.pods),
+            ready_at,
+            f"waited {waited:.0f}s for capacity; waiting for {awaited} running pod(s) to end",
+        )
+
+    def _reservation_view(self, key: str) -> dict[str, Any]:
+        r = self.reserve.current
+        if r is None or r.gang != key:
+            return {}
+        return {
+            "reserved_nodes": r.nodes,
+            "reserved_since": r.since,
+            "reservation_reason": r.reason,
+        }
+
+    def _unreserve(self, key: str) -> None:
+        r = self.reserve.current
+        if r is not None and r.gang == key:
+            self.reserve.current = None
+
+    def _victim_gone(self, uid: str) -> None:
+        for key in sorted(self.awaited_by.pop(uid, ())):
+            left = self.awaiting.get(key)
+            if left is not None:
+                left.discard(uid)
+                if not left:
+                    gang = self.gangs.get(key)
+                    if gang is not None:
+                        self.queue.activate(key, self._sort_key(gang))  # tick binds it
+
     def _bind(self, gang: Gang, placements: dict[str, str]) -> BindGang:
+        r = self.reserve.current
+        if r is not None and r.gang == gang.key:
+            self.reserve.current = None  # it starts: the reservation has done its work
         reserved = dict(self.permit.release(gang.key))
         reserved.update(placements)
         gang.reason, gang.message = "Binding", f"binding {len(reserved)} pod(s)"
@@ -714,6 +996,12 @@ class Scheduler:
 
     def _release(self, key: str, reason: str, message: str) -> list[Decision]:
         """Give back everything a waiting gang holds. Idempotent."""
+        for uid in self.awaiting.pop(key, ()):
+            keys = self.awaited_by.get(uid)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.awaited_by[uid]
         reserved = self.permit.release(key)
         if not reserved:
             return []

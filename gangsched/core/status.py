@@ -8,6 +8,13 @@ exactly when the phase is ``Scheduled``, ``Running`` or ``Succeeded``. The sched
 word on the gang (its last reason and message) is used only while the counts do not
 contradict it: a reason that speaks of a bound gang is replaced, from the counts, once the gang
 no longer has ``minMember`` members bound (``minMember`` raised, members deleted or failed).
+
+A gang that ran and lost members (core/lifecycle.py: fewer than ``minMember`` members bound
+or succeeded, counting a member being deleted as lost) says so until it is whole again: the
+phase ``Unknown`` (kube-batch's and Volcano's phase for a gang with part of ``minMember``
+running; ``Failed`` when the counts say that), and the condition False with the reason
+``MembersLost`` and the lifecycle's message (the counts). This overrides the counts only in the
+moment a lost member is being deleted but still bound.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "MEMBERS_LOST",
     "PHASES",
     "SCHEDULED_PHASES",
     "GroupStatus",
@@ -25,9 +33,12 @@ __all__ = [
     "podgroup_phase",
 ]
 
-PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed")
+PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed", "Unknown")
 # The phases of a gang that holds minMember bound (or finished) members.
 SCHEDULED_PHASES = frozenset({"Scheduled", "Running", "Succeeded"})
+
+# The reason of a gang that ran and lost members (core/lifecycle.py).
+MEMBERS_LOST = "MembersLost"
 
 # Reasons that say the gang was bound (or say nothing): true only while the counts agree.
 _BOUND_REASONS = frozenset({"", "Scheduled"})
@@ -97,6 +108,7 @@ def group_status(
     message: str = "",
     attempted: bool = False,
     binding: bool = False,
+    lost: str = "",
 ) -> GroupStatus:
     """The status of a gang with these member counts.
 
@@ -106,9 +118,17 @@ def group_status(
     condition is True (``Scheduled``, ``<n> member(s) bound``); otherwise it is False, with
     the scheduler's reason unless that reason says the gang is bound (or nothing): then the
     reason comes from the counts, ``WaitingForMembers`` when fewer than ``minMember`` members
-    are left that have not failed, else ``Pending`` with how many are bound."""
+    are left that have not failed, else ``Pending`` with how many are bound.
+
+    ``lost``: the gang lifecycle's message while the gang has lost members and is not whole
+    again ('' otherwise; ``kubectl gang`` passes the written message when the written reason is
+    ``MembersLost``): the phase is ``Unknown`` (``Failed`` if the counts say so), the
+    condition False with the reason ``MembersLost`` and that message."""
     min_member = max(1, min_member)
     phase = podgroup_phase(min_member, counts, attempted)
+    if lost:
+        phase = "Failed" if phase == "Failed" else "Unknown"
+        return GroupStatus(min_member, phase, False, MEMBERS_LOST, lost, counts)
     if counts.scheduled >= min_member:
         return GroupStatus(
             min_member, phase, True, "Scheduled", f"{counts.scheduled} member(s) bound", counts

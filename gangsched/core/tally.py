@@ -22,7 +22,7 @@ from typing import NamedTuple, TypeVar
 from gangsched.core.model import Pod, PodPhase
 from gangsched.core.status import MemberCounts, count_members
 
-__all__ = ["HELD", "LIVE", "GroupTally", "MemberState", "MemberTally", "member_state"]
+__all__ = ["HELD", "LIVE", "UP", "GroupTally", "MemberState", "MemberTally", "member_state"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -36,7 +36,7 @@ class MemberState(enum.Enum):
     FAILED = "failed"
     INVALID = "invalid"  # refused: unreadable, or asks for what gangsched does not implement
     GATED = "gated"  # pending behind spec.schedulingGates
-    DELETING = "deleting"  # being deleted before it was bound: counts for nothing
+    DELETING = "deleting"  # being deleted: counts for nothing (a bound one keeps its node)
 
 
 # Members a gang holds (toward its quorum), and those that exist and can still count.
@@ -44,17 +44,23 @@ HELD = frozenset(
     {MemberState.RESERVED, MemberState.BOUND, MemberState.RUNNING, MemberState.SUCCEEDED}
 )
 LIVE = HELD | {MemberState.PENDING}
+# Members that are up (the gang lifecycle, core/lifecycle.py): bound and neither failed nor
+# being deleted, or succeeded.
+UP = frozenset({MemberState.BOUND, MemberState.RUNNING, MemberState.SUCCEEDED})
 
 
 def member_state(pod: Pod, assumed: bool) -> MemberState:
     """What a member is to its gang. ``assumed``: this scheduler has reserved a node for it.
     Finished members count first (a Succeeded member still counts toward the gang), then a
-    node (bound by the API), then a reservation."""
+    node (bound by the API; a bound member being deleted no longer counts toward its gang),
+    then a reservation."""
     if pod.phase is PodPhase.SUCCEEDED:
         return MemberState.SUCCEEDED
     if pod.phase is PodPhase.FAILED:
         return MemberState.FAILED
     if pod.node_name:
+        if pod.deleting:
+            return MemberState.DELETING
         return MemberState.RUNNING if pod.phase is PodPhase.RUNNING else MemberState.BOUND
     if assumed:
         return MemberState.RESERVED
@@ -101,6 +107,7 @@ class MemberTally:
         "live_by_role",
         "queued",
         "states",
+        "up_by_role",
     )
 
     def __init__(self) -> None:
@@ -108,6 +115,7 @@ class MemberTally:
         self.states: Counter[MemberState] = Counter()
         self.held_by_role: Counter[str] = Counter()
         self.live_by_role: Counter[str] = Counter()
+        self.up_by_role: Counter[str] = Counter()  # members up (UP), by role
         self.gates: Counter[str] = Counter()  # scheduling gate name -> gated members with it
         self.queued = 0
         self.assumed = 0  # members reserved by this scheduler, whatever their state
@@ -183,6 +191,8 @@ class MemberTally:
             _bump(self.held_by_role, m.role, sign)
         if m.state in LIVE:
             _bump(self.live_by_role, m.role, sign)
+        if m.state in UP:
+            _bump(self.up_by_role, m.role, sign)
         for gate in m.gates:
             _bump(self.gates, gate, sign)
         self.queued += sign * m.queued

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gangsched.core.clock import FakeClock
+from gangsched.core.config import CoreConfig
+from gangsched.core.decisions import BindGang, GangUnschedulable
+from gangsched.core.model import GangSpec, PodPhase
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
+from gangsched.core.scheduler import Scheduler
+from tests.core.builders import make_node, make_pod
 
 
 def key(gang: str, priority: int = 0, ts: float = 0.0) -> SortKey:
@@ -238,3 +245,212 @@ def test_flush_is_due_at_next_wakeup(since: float) -> None:
     clock.set(t)
     q.flush()
     assert q.pop() == "a", f"parked at {since!r}, woken at {t!r}: not flushed"
+
+
+# ---- no priority inversion through backoff -------------------------------------------------
+
+
+def test_gang_in_backoff_keeps_it_without_a_cluster_event(
+    q: SchedulingQueue, clock: FakeClock
+) -> None:
+    q.requeue("high", key("high", priority=10), clock.now() + 5, Wake.CLUSTER)
+    q.activate("low", key("low"))
+    assert q.pop() == "low"
+    assert q.state_of("high") == "unschedulable"
+
+
+def test_outranking_gang_jumps_its_backoff_after_capacity_is_freed(
+    q: SchedulingQueue, clock: FakeClock
+) -> None:
+    q.requeue("high", key("high", priority=10), clock.now() + 5, Wake.CLUSTER)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)  # capacity freed while high still has 4 s of backoff
+    assert q.state_of("high") == "backoff"
+    q.activate("low", key("low"))
+    assert q.pop() == "high"
+    assert q.state_of("high") == ""  # taken: its backoff ended early
+    assert q.pop() == "low"
+    assert q.pop() is None
+    clock.advance(5)
+    q.flush()
+    assert q.pop() is None  # the expired backoff does not bring it back a second time
+
+
+def test_gang_parked_on_the_cluster_jumps_as_well(q: SchedulingQueue, clock: FakeClock) -> None:
+    """Parked with its retry time already passed, a cluster wake makes it active anyway;
+    parked with time left, the wake sends it to backoff, from which it jumps."""
+    q.requeue("high", key("high", priority=10), clock.now() + 1, Wake.CLUSTER)
+    q.activate("low", key("low"))
+    clock.advance(0.5)
+    q.wake(Wake.CLUSTER)
+    assert q.pop() == "high"
+    assert q.pop() == "low"
+
+
+def test_backoff_after_a_bind_failure_jumps_too(q: SchedulingQueue, clock: FakeClock) -> None:
+    q.backoff("high", key("high", priority=10), clock.now() + 2)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("low", key("low"))
+    assert drain(q) == ["high", "low"]
+
+
+def test_a_cluster_event_before_the_failure_does_not_count(
+    q: SchedulingQueue, clock: FakeClock
+) -> None:
+    q.wake(Wake.CLUSTER)
+    q.requeue("high", key("high", priority=10), clock.now() + 5, Wake.CLUSTER)
+    q.activate("low", key("low"))
+    assert q.pop() == "low"
+    assert q.state_of("high") == "unschedulable"
+
+
+def test_capacity_freed_at_the_instant_of_the_failure_does_not_count(
+    q: SchedulingQueue, clock: FakeClock
+) -> None:
+    """A gang that times out at Permit fails and gives its capacity back in one step: that
+    wake frees nothing for the gang itself, which keeps its backoff; a later one counts."""
+    q.requeue("high", key("high", priority=10), clock.now() + 5, Wake.CLUSTER)
+    q.wake(Wake.CLUSTER)
+    q.activate("low", key("low"))
+    assert q.pop() == "low"
+    clock.advance(1)
+    q.activate("low", key("low"))
+    assert q.pop() == "low"  # still no capacity freed after the failure
+    q.wake(Wake.CLUSTER)
+    q.activate("low", key("low"))
+    assert drain(q) == ["high", "low"]
+
+
+def test_equal_priority_keeps_its_backoff(q: SchedulingQueue, clock: FakeClock) -> None:
+    q.requeue("old", key("old", ts=1.0), clock.now() + 5, Wake.CLUSTER)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("young", key("young", ts=9.0))
+    assert q.pop() == "young"
+    assert q.state_of("old") == "backoff"
+
+
+def test_part_bound_gang_outranks_any_priority(q: SchedulingQueue, clock: FakeClock) -> None:
+    part_bound: SortKey = (0, 0, 1.0, "part")
+    q.backoff("part", part_bound, clock.now() + 5)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("urgent", key("urgent", priority=1000))
+    assert q.pop() == "part"
+
+
+def test_lower_priority_in_backoff_does_not_jump(q: SchedulingQueue, clock: FakeClock) -> None:
+    q.requeue("low", key("low", priority=-1), clock.now() + 5, Wake.CLUSTER)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("normal", key("normal"))
+    assert q.pop() == "normal"
+    assert q.pop() is None
+    assert q.state_of("low") == "backoff"
+
+
+def test_nothing_active_leaves_the_backoff_alone(q: SchedulingQueue, clock: FakeClock) -> None:
+    """With nothing competing for the freed capacity there is nothing to invert: the gang
+    retries at its time, and stays eligible to jump until then."""
+    q.requeue("high", key("high", priority=10), clock.now() + 5, Wake.CLUSTER)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    assert q.pop() is None
+    assert q.next_wakeup() == clock.now() + 4
+    clock.advance(1)
+    q.activate("low", key("low"))
+    assert q.pop() == "high"
+
+
+def test_jumping_is_at_most_once_per_cluster_event(q: SchedulingQueue, clock: FakeClock) -> None:
+    """A gang that can never fit is tried once per freed capacity, not at every pop."""
+    q.requeue("never", key("never", priority=10), clock.now() + 5, Wake.CLUSTER)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    for i in range(3):
+        q.activate(f"low{i}", key(f"low{i}", ts=float(i)))
+    assert q.pop() == "never"
+    q.requeue("never", key("never", priority=10), clock.now() + 5, Wake.CLUSTER)  # failed again
+    assert q.pop() == "low0"
+    assert q.pop() == "low1"
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)  # the next freed capacity
+    assert q.pop() == "never"
+    q.requeue("never", key("never", priority=10), clock.now() + 5, Wake.CLUSTER)
+    assert q.pop() == "low2"
+    assert q.pop() is None
+
+
+def test_gang_parked_on_its_own_events_does_not_jump(q: SchedulingQueue, clock: FakeClock) -> None:
+    q.requeue("members", key("members", priority=10), clock.now() + 5, Wake.GANG)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("low", key("low"))
+    assert q.pop() == "low"
+    assert q.state_of("members") == "unschedulable"
+
+
+def test_raised_priority_while_backing_off_is_what_jumps(
+    q: SchedulingQueue, clock: FakeClock
+) -> None:
+    q.backoff("a", key("a"), clock.now() + 5)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("b", key("b", priority=5))
+    q.activate("a", key("a", priority=10))  # a member of higher priority arrived
+    assert q.state_of("a") == "backoff"
+    assert drain(q) == ["a", "b"]
+
+
+def test_removed_gang_does_not_jump(q: SchedulingQueue, clock: FakeClock) -> None:
+    q.requeue("gone", key("gone", priority=10), clock.now() + 5, Wake.CLUSTER)
+    q.remove("gone")
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("low", key("low"))
+    assert drain(q) == ["low"]
+
+
+def test_jump_candidates_are_compacted(q: SchedulingQueue, clock: FakeClock) -> None:
+    gangs = [f"g{i:02d}" for i in range(10)]
+    for round_ in range(40):
+        for g in gangs:
+            q.backoff(g, key(g, priority=1), clock.now() + 5)
+        clock.advance(0.25)
+        if round_ % 2:
+            q.wake(Wake.CLUSTER)
+    assert len(q._fresh) <= 4 * len(gangs) + 64
+    assert len(q._eligible) <= 4 * len(gangs) + 64
+    q.activate("low", key("low"))
+    assert drain(q) == [*gangs, "low"]
+
+
+def test_scheduler_high_priority_gang_in_backoff_keeps_the_freed_node() -> None:
+    """The inversion end to end: a gang of priority 100 fails on a full node and backs off
+    for 1 s; half a second later the node's pod finishes and a pod of priority 0 arrives.
+    The freed node goes to the high-priority gang, not to the pod that happened to be
+    active."""
+    clock = FakeClock(1000.0)
+    s = Scheduler(CoreConfig(preemption=False, reservation_after_seconds=None), clock)
+    s.node_upsert(make_node("n").gpus(8).cpu("32").memory("128Gi").node())
+    running = replace(
+        make_pod("running").gpus(8).obj(), node_name="n", phase=PodPhase.RUNNING, priority=1000
+    )
+    s.pod_upsert(running)
+    s.gang_upsert(GangSpec("default/high", 2, created=1000.0))
+    for i in range(2):
+        member = make_pod(f"high-{i}").gpus(4).obj()
+        s.pod_upsert(replace(member, group="default/high", priority=100, created=1000.0))
+    first = s.run_until_idle()
+    assert [type(d) for d in first] == [GangUnschedulable]
+    assert s.view("default/high") is not None
+    clock.advance(0.5)  # still inside the 1 s backoff
+    s.pod_upsert(replace(running, phase=PodPhase.SUCCEEDED))
+    s.pod_upsert(replace(make_pod("low").gpus(4).obj(), priority=0, created=1000.5))
+    second = s.run_until_idle()
+    binds = [d for d in second if isinstance(d, BindGang)]
+    assert [d.gang for d in binds] == ["default/high"]
+    assert len(binds[0].bindings) == 2
+    low = [d for d in second if isinstance(d, GangUnschedulable)]
+    assert [d.pods[0].name for d in low] == ["low"]

@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import BindGang, Binding, Decision, GangUnschedulable, GangWaiting
+from gangsched.core.decisions import (
+    BindGang,
+    Binding,
+    Decision,
+    GangUnschedulable,
+    GangWaiting,
+    Preempt,
+)
 from gangsched.core.model import GangMode, GangSpec, Node, Pod, PodPhase
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS, ResourceList, add_into
 from gangsched.core.scheduler import Scheduler
@@ -258,6 +265,7 @@ class World:
         self.deleted: set[str] = set()
         self.job_of: dict[str, JobDef] = {}
         self.earliest: dict[str, float] = {}  # gang -> earliest allowed retry
+        self.failed_at_event: dict[str, int] = {}  # gang -> queue.cluster_events at failure
         self.attempts_seen: dict[str, int] = {}
         self.foreign = 0
         for j in self.jobs:
@@ -317,9 +325,38 @@ class World:
             self.decisions.extend(out)
             self._check_decisions(out, before)
             self._check_retries(out, now)
+            for d in out:
+                if isinstance(d, Preempt):
+                    self._evict(d)
         self._record_attempts(now)
         self.check()
         return out
+
+    def _evict(self, d: Preempt) -> None:
+        """Carry out a preemption as the API would: the victims stop at once (the kubelet
+        reports them Failed), so the nodes never hold more than they have. Checks that every
+        victim is of lower priority than the preemptor and that a Strict victim gang goes
+        whole."""
+        victims = {v.pod.uid for v in d.victims}
+        for v in d.victims:
+            p = self.truth[v.pod.uid]
+            assert p.priority < d.priority, f"{v.pod.uid} (priority {p.priority}) evicted"
+            assert p.node_name and not p.terminal, f"{v.pod.uid} evicted while not running"
+        for job in self.jobs:
+            hit = [job.uid(i) for i in range(job.size) if job.uid(i) in victims]
+            if hit and job.gang and job.mode is GangMode.STRICT:
+                running = [
+                    job.uid(i)
+                    for i in range(job.size)
+                    if (p := self.truth.get(job.uid(i))) is not None
+                    and p.node_name
+                    and not p.terminal
+                ]
+                assert set(running) <= victims, f"Strict gang {job.key} evicted in part"
+        for uid in sorted(victims):
+            p = replace(self.truth[uid], phase=PodPhase.FAILED)
+            self.truth[uid] = p
+            self.s.pod_upsert(p)
 
     def confirm(self, start: int, k: int) -> None:
         if not self.outstanding:
@@ -536,14 +573,19 @@ class World:
                 assert node not in self.deleted, f"{uid} placed on deleted node {node}"
 
     def _check_retries(self, out: Sequence[Decision], now: float) -> None:
-        """No hot loop: a gang that failed is not attempted again before its backoff ends."""
+        """No hot loop: a gang that failed is not attempted again before its backoff ends,
+        unless capacity was freed since (a cluster event: a gang that outranks the active
+        head may then jump its backoff, at most once per such event)."""
         attempted = {
             d.gang for d in out if isinstance(d, BindGang | GangWaiting | GangUnschedulable)
         }
+        events = self.s.queue.cluster_events
         for g in attempted:
             earliest = self.earliest.get(g)
-            assert earliest is None or now >= earliest - 1e-9, (
+            early_ok = self.failed_at_event.get(g, events) < events
+            assert earliest is None or now >= earliest - 1e-9 or early_ok, (
                 f"gang {g} retried at t={now}, before its backoff ended at {earliest}"
+                " and with no capacity freed since it failed"
             )
 
     def _record_attempts(self, now: float) -> None:
@@ -551,8 +593,10 @@ class World:
             seen = self.attempts_seen.get(g, 0)
             if gang.attempts > seen:
                 self.earliest[g] = now + backoff_for(self.config, gang.attempts)
+                self.failed_at_event[g] = self.s.queue.cluster_events
             elif gang.attempts == 0:
                 self.earliest.pop(g, None)
+                self.failed_at_event.pop(g, None)
             self.attempts_seen[g] = gang.attempts
 
     # ---- the end -----------------------------------------------------------------------
@@ -616,19 +660,36 @@ def instrumented_simulation(
         for d in out or ():
             log.append((now, d))
         cache = sim.scheduler.cache
+        # Bound pods never exceed a node. With reservations, neither does what is reserved,
+        # once the victims a preemption waits for are counted as gone: their capacity is
+        # what is held for the preemptor.
         used: dict[str, ResourceList] = {n: {} for n in sim.nodes}
+        bound: dict[str, ResourceList] = {n: {} for n in sim.nodes}
+        awaited = sim.scheduler.awaited_by
         for p in sim.pods.values():
             if p.node_name and not p.terminal:
-                add_into(used[p.node_name], p.requests)
+                add_into(bound[p.node_name], p.requests)
+                if p.uid not in awaited:
+                    add_into(used[p.node_name], p.requests)
         for uid, node in cache.assumed.items():
             p = sim.pods[uid]
             assert not p.node_name, f"{uid} bound in the simulator yet still assumed"
             add_into(used[node], p.requests)
-        for name, u in used.items():
-            alloc = sim.nodes[name].allocatable
-            for k, v in u.items():
-                assert v <= alloc.get(k, 0), f"{name} over-committed in {k}: {v} > {alloc}"
-            assert _nonzero(cache.nodes[name].requested) == _nonzero(u)
+        for what, counted in (("bound", bound), ("bound or reserved", used)):
+            for name, u in counted.items():
+                alloc = sim.nodes[name].allocatable
+                for k, v in u.items():
+                    assert v <= alloc.get(k, 0), (
+                        f"{name} over-committed ({what}) in {k} at t={now}: {v} > {alloc}; "
+                        f"awaited victims {sorted(awaited)}, assumed {sorted(cache.assumed)}"
+                    )
+        for name in sim.nodes:
+            # the cache counts the awaited victims and the held placements alike
+            total = dict(used[name])
+            for p in sim.pods.values():
+                if p.node_name == name and not p.terminal and p.uid in awaited:
+                    add_into(total, p.requests)
+            assert _nonzero(cache.nodes[name].requested) == _nonzero(total)
         for job in strict:
             held = sum(
                 1

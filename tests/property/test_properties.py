@@ -202,11 +202,17 @@ class _Entry:
     until: float = 0.0
     wake: Wake | None = None
     since: float = 0.0
+    # backing off or parked on cluster events: None (neither), False (no cluster event after
+    # it failed), True (capacity freed later: it may jump its backoff if it outranks the head)
+    jump: bool | None = None
+    failed: float = 0.0  # when it went to backoff or was parked on cluster events
 
 
 class QueueModel:
     """A reference model of SchedulingQueue: one entry per gang, no heaps. A parked gang is
-    due for the flush at ``since + flush_after``, the time ``next_wakeup`` announces."""
+    due for the flush at ``since + flush_after``, the time ``next_wakeup`` announces. A gang
+    backing off or parked on cluster events that saw a cluster wake at a later time than its
+    failure is popped before the active head when its (part-bound, priority) outranks the head's."""
 
     def __init__(self, clock: FakeClock, flush_after: float) -> None:
         self.clock = clock
@@ -216,7 +222,11 @@ class QueueModel:
 
     def _ready(self, g: str, until: float) -> None:
         now = self.clock.now()
-        self.entries[g] = _Entry("active") if until <= now else _Entry("backoff", until)
+        e = self.entries[g]
+        if until <= now:
+            self.entries[g] = _Entry("active")
+        else:
+            self.entries[g] = _Entry("backoff", until, jump=e.jump, failed=e.failed)
 
     def activate(self, g: str, k: SortKey) -> None:
         self.keys[g] = k
@@ -225,17 +235,23 @@ class QueueModel:
 
     def requeue(self, g: str, k: SortKey, until: float, wake: Wake) -> None:
         self.keys[g] = k
-        self.entries[g] = _Entry("unschedulable", until, wake, self.clock.now())
+        now = self.clock.now()
+        jump = False if wake is Wake.CLUSTER else None
+        self.entries[g] = _Entry("unschedulable", until, wake, now, jump, now)
 
     def backoff(self, g: str, k: SortKey, until: float) -> None:
         self.keys[g] = k
-        self.entries[g] = _Entry("backoff", until)
+        self.entries[g] = _Entry("backoff", until, jump=False, failed=self.clock.now())
 
     def remove(self, g: str) -> None:
         self.entries.pop(g, None)
         self.keys.pop(g, None)
 
     def wake(self, wake: Wake, gangs: list[str] | None) -> int:
+        if wake is Wake.CLUSTER:
+            for e in self.entries.values():
+                if e.jump is False and e.failed < self.clock.now():
+                    e.jump = True
         chosen = [
             g
             for g, e in self.entries.items()
@@ -262,8 +278,14 @@ class QueueModel:
         order = self.active_order()
         if not order:
             return None
-        del self.entries[order[0]]
-        return order[0]
+        jumpers = sorted(
+            (g for g, e in self.entries.items() if e.jump is True), key=self.keys.__getitem__
+        )
+        head = order[0]
+        if jumpers and self.keys[jumpers[0]][:2] < self.keys[head][:2]:
+            head = jumpers[0]
+        del self.entries[head]
+        return head
 
     def next_wakeup(self) -> float | None:
         times = [e.until for e in self.entries.values() if e.state == "backoff"]

@@ -1,0 +1,133 @@
+"""Reservations: a gang that waited too long gets the nodes where it fits soonest; lower or
+equal priority work backfills only capacity the reservation does not need, or ends first."""
+
+from __future__ import annotations
+
+from gangsched.core.config import CoreConfig
+from tests.core.test_scheduler import Harness, binds, gpu_node, members, pod
+
+
+def cluster(after: float | None = 60.0) -> Harness:
+    return Harness(
+        CoreConfig(reservation_after_seconds=after, backoff_max_seconds=1.0),
+        gpu_node("n0", 8),
+        gpu_node("n1", 8),
+    )
+
+
+def fill_with_small(h: Harness, n: int, start: int = 0) -> list[str]:
+    uids = []
+    for i in range(start, start + n):
+        p = pod(f"s{i}", gpus=1, priority=0, created=float(i))
+        h.add(p)
+        uids.append(p.uid)
+    h.run()
+    return uids
+
+
+def test_a_waiting_gang_gets_a_reservation_and_small_jobs_stop_taking_its_nodes() -> None:
+    h = cluster()
+    small = fill_with_small(h, 4)  # 4 of 16 GPUs busy
+    h.gang("ml/big", 2)
+    h.add(*members("ml/big", 2, gpus=8, priority=0))
+    h.run()
+    assert h.s.reserve.current is None, "not before it has waited long enough"
+    h.advance(61)
+    h.run()
+    r = h.s.reserve.current
+    assert r is not None and r.gang == "ml/big" and set(r.nodes) == {"n0", "n1"}
+    view = h.s.view("ml/big")
+    assert view is not None and view.reserved_nodes == ("n0", "n1")
+    assert view.reserved_since is not None
+    # a new small job of the same priority no longer fits anywhere
+    h.add(pod("late", gpus=1, priority=0))
+    assert not binds(h.run())
+    # the running ones end; the big gang binds whole
+    for uid in small:
+        h.finish(uid)
+    h.advance(2)
+    out = h.run()
+    assert [b.gang for b in binds(out)] == ["ml/big"]
+    assert h.s.reserve.current is None
+
+
+def test_backfill_uses_only_what_the_reservation_does_not_need() -> None:
+    h = Harness(
+        CoreConfig(reservation_after_seconds=60.0, backoff_max_seconds=1.0),
+        gpu_node("n0", 8),
+        gpu_node("n1", 8),
+        gpu_node("n2", 8),
+    )
+    fill_with_small(h, 16)  # two nodes full, one empty
+    empty = next(n for n, i in h.s.cache.nodes.items() if not i.requested.get("nvidia.com/gpu"))
+    h.gang("ml/big", 2)
+    h.add(*members("ml/big", 2, gpus=6, priority=0))  # one fits the empty node, not both
+    h.run()
+    h.advance(61)
+    h.run()
+    r = h.s.reserve.current
+    assert r is not None and r.gang == "ml/big" and empty in r.nodes and len(r.nodes) == 2
+    # 2 GPUs of the empty node are not needed by the reservation: small jobs backfill them,
+    # and no more
+    h.add(*(pod(f"late{i}", gpus=1, priority=0) for i in range(3)))
+    out = h.run()
+    assert sorted(b.bindings[0].node for b in binds(out)) == [empty, empty]
+
+
+def test_higher_priority_work_is_not_held_back() -> None:
+    h = cluster()
+    fill_with_small(h, 4)
+    h.gang("ml/big", 2)
+    h.add(*members("ml/big", 2, gpus=8, priority=0))
+    h.run()
+    h.advance(61)
+    h.run()
+    assert h.s.reserve.current is not None
+    h.add(pod("urgent", gpus=1, priority=10))
+    assert [b.bindings[0].pod.name for b in binds(h.run())] == ["urgent"]
+
+
+def test_a_short_job_that_ends_before_the_reservation_is_complete_backfills() -> None:
+    h = cluster()
+    h.gang("ml/long", 1, expected_runtime_seconds=600.0)
+    h.add(*members("ml/long", 1, gpus=4, priority=0))
+    h.run()
+    h.gang("ml/big", 2)
+    h.add(*members("ml/big", 2, gpus=8, priority=0))
+    h.run()
+    h.advance(61)
+    h.run()
+    r = h.s.reserve.current
+    assert r is not None and r.ready_at is not None
+    h.gang("ml/short", 1, expected_runtime_seconds=60.0)
+    h.add(*members("ml/short", 1, gpus=1, priority=0))
+    h.gang("ml/slow", 1, expected_runtime_seconds=6000.0)
+    h.add(*members("ml/slow", 1, gpus=1, priority=0))
+    out = h.run()
+    assert [b.gang for b in binds(out)] == ["ml/short"]
+
+
+def test_reservations_can_be_turned_off() -> None:
+    h = cluster(after=None)
+    fill_with_small(h, 4)
+    h.gang("ml/big", 2)
+    h.add(*members("ml/big", 2, gpus=8, priority=0))
+    h.run()
+    h.advance(3600)
+    h.run()
+    assert h.s.reserve.current is None
+    h.add(pod("late", gpus=1, priority=0))
+    assert binds(h.run())
+
+
+def test_the_reservation_goes_with_its_gang() -> None:
+    h = cluster()
+    fill_with_small(h, 4)
+    h.gang("ml/big", 2)
+    h.add(*members("ml/big", 2, gpus=8, priority=0))
+    h.run()
+    h.advance(61)
+    h.run()
+    assert h.s.reserve.current is not None
+    h.s.gang_delete("ml/big")
+    assert h.s.reserve.current is None
