@@ -18,6 +18,7 @@ from gangsched.kube.health import HealthServer
 from gangsched.kube.leader import LeaderElector
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.outbox import Outbox
+from gangsched.kube.preemptor import Preemptor
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.statuscontroller import StatusController
@@ -224,6 +225,13 @@ async def build_app(settings: Settings) -> App:
         metrics,
         fence=fence,
         status_resync_seconds=settings.status_resync_seconds,
+        preemptor=Preemptor(
+            client,
+            instance=instance,
+            scheduler_name=settings.scheduler_name,
+            fence=fence,
+            retries=settings.bind_retries,
+        ),
     )
     status = (
         StatusController(

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from gangsched.core.status import count_members, group_status
+from gangsched.core.status import MEMBERS_LOST, count_members, group_status
 from gangsched.kube.membership import Source, resolve_membership
 from gangsched.kube.translate import timestamp
 
@@ -187,6 +187,7 @@ def gang_rows(
             message=message,
             attempted=attempted,
             binding=True,
+            lost=message if reason == MEMBERS_LOST else "",
         )
         row.phase = st.phase
         row.why = "" if st.scheduled else st.message

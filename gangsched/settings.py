@@ -84,6 +84,10 @@ class Settings(BaseModel):
     backoff_initial_seconds: float = Field(1.0, gt=0, le=3600)
     backoff_max_seconds: float = Field(10.0, gt=0, le=3600)
     unschedulable_flush_seconds: float = Field(60.0, gt=0, le=86400)
+    # A full cluster: whole-gang preemption, reservations
+    preemption: bool = True
+    preemption_hold_seconds: float = Field(120.0, gt=0, le=86400)
+    reservation_after_seconds: float | None = Field(60.0, gt=0, le=86400)
     # Placement
     nodes_to_score: int = Field(100, ge=1, le=100_000)
     filters: list[str] = Field(default_factory=lambda: list(CoreConfig().filters), min_length=1)
@@ -153,6 +157,9 @@ class Settings(BaseModel):
             backoff_initial_seconds=self.backoff_initial_seconds,
             backoff_max_seconds=self.backoff_max_seconds,
             unschedulable_flush_seconds=self.unschedulable_flush_seconds,
+            preemption=self.preemption,
+            preemption_hold_seconds=self.preemption_hold_seconds,
+            reservation_after_seconds=self.reservation_after_seconds,
             nodes_to_score=self.nodes_to_score,
             filters=tuple(self.filters),
             score_weights=dict(self.score_weights),
@@ -175,6 +182,8 @@ def _from_env(env: dict[str, str]) -> dict[str, Any]:
             continue
         if info.annotation in (list[str],):
             out[name] = [x.strip() for x in raw.split(",") if x.strip()]
+        elif info.annotation == float | None and raw.strip().lower() in ("", "null", "none"):
+            out[name] = None  # a setting that null turns off
         elif name in ("score_weights", "default_spread_constraints"):
             try:
                 out[name] = yaml.safe_load(raw)

@@ -185,7 +185,7 @@ def test_root_metadata_is_plain_object(root: Schema) -> None:
 
 def test_defaults_only_under_spec(root: Schema) -> None:
     defaults = {path for path, node in walk(root) if "default" in node}
-    assert defaults == {".spec.mode", ".spec.onceSatisfied"}
+    assert defaults == {".spec.mode", ".spec.onceSatisfied", ".spec.onMemberLoss"}
 
 
 def test_lists_have_list_types(root: Schema) -> None:
@@ -221,10 +221,26 @@ def test_spec_fields(spec: Schema) -> None:
         "scheduleTimeoutSeconds",
         "mode",
         "onceSatisfied",
+        "onMemberLoss",
+        "preemptionPolicy",
+        "expectedRuntimeSeconds",
         "roles",
         "gangGroup",
         "topology",
     }
+
+
+def test_preemption_policy_and_expected_runtime(spec: Schema) -> None:
+    p = spec["properties"]
+    assert p["preemptionPolicy"]["type"] == "string"
+    assert p["preemptionPolicy"]["enum"] == ["PreemptLowerPriority", "Never"]
+    assert "default" not in p["preemptionPolicy"]  # absent means PreemptLowerPriority
+    runtime = p["expectedRuntimeSeconds"]
+    assert (runtime["type"], runtime["minimum"], runtime["exclusiveMinimum"]) == (
+        "number",
+        0,
+        True,
+    )
 
 
 def test_member_counts_and_timeout(spec: Schema) -> None:
@@ -286,6 +302,9 @@ def test_enums_and_defaults(spec: Schema, status: Schema) -> None:
     assert p["onceSatisfied"]["type"] == "string"
     assert p["onceSatisfied"]["enum"] == ["Independent", "Gang"]
     assert p["onceSatisfied"]["default"] == "Independent"
+    assert p["onMemberLoss"]["type"] == "string"
+    assert p["onMemberLoss"]["enum"] == ["None", "RestartGang"]
+    assert p["onMemberLoss"]["default"] == "None"
     assert status["properties"]["phase"]["enum"] == [
         "Pending",
         "Scheduling",
@@ -293,6 +312,7 @@ def test_enums_and_defaults(spec: Schema, status: Schema) -> None:
         "Running",
         "Succeeded",
         "Failed",
+        "Unknown",
     ]
     cond = status["properties"]["conditions"]["items"]["properties"]
     assert cond["status"]["enum"] == ["True", "False", "Unknown"]

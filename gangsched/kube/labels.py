@@ -9,6 +9,12 @@ PODGROUP_PLURAL = "podgroups"
 POD_GROUP_LABEL = "gangsched.io/pod-group"
 ROLE_LABEL = "gangsched.io/role"
 TIMEOUT_ANNOTATION = "gangsched.io/timeout"
+# On a PodGroup of another convention (scheduler-plugins, Volcano): what gangsched's own
+# PodGroup says in spec.preemptionPolicy and spec.expectedRuntimeSeconds.
+PREEMPTION_POLICY_ANNOTATION = "gangsched.io/preemption-policy"
+EXPECTED_RUNTIME_ANNOTATION = "gangsched.io/expected-runtime-seconds"
+# ... and spec.onMemberLoss (None or RestartGang).
+ON_MEMBER_LOSS_ANNOTATION = "gangsched.io/on-member-loss"
 
 # scheduler-plugins Coscheduling
 XK8S_GROUP = "scheduling.x-k8s.io"

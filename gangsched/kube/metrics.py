@@ -68,6 +68,17 @@ class Metrics:
         self.bindings = Counter(
             "gangsched_bindings_total", "Pod bindings, by result.", ["result"], registry=r
         )
+        self.preemptions = Counter(
+            "gangsched_preemptions_total",
+            "Preemptions decided: a gang that fits once lower-priority victims are gone.",
+            registry=r,
+        )
+        self.preemption_victims = Counter(
+            "gangsched_preemption_victims_total",
+            "Victim pods of preemptions, by result (evicted, gone, replaced, failed).",
+            ["result"],
+            registry=r,
+        )
         self.gpus = Gauge(
             "gangsched_gpus",
             "nvidia.com/gpu in ready nodes, allocated (bound or reserved) and total.",

@@ -5,9 +5,9 @@ Running, its conditions, its IPs. The API server bumps ``metadata.generation`` o
 a pod's spec (pod generation tracking, on by default since Kubernetes v1.34); a binding sets
 ``spec.nodeName`` without bumping it. So when a pod's generation, node name, labels,
 annotations and the parts of its status that count for its requests (in-place resize) are what
-they were at the last full read, the pod is the one read then, with the new phase, deletion and
-resourceVersion: a few dict lookups instead of a full read of the spec. A pod without a
-generation (an older API server) is read in full every time.
+they were at the last full read, the pod is the one read then, with the new phase, deletion,
+resourceVersion and nominated node: a few dict lookups instead of a full read of the spec. A
+pod without a generation (an older API server) is read in full every time.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ def _resize_state(status: JSON) -> tuple[object, ...]:
     elif conditions is not None:
         out.append(conditions)
     return tuple(out)
+
+
+def _nominated(v: object) -> str:
+    """``status.nominatedNodeName``: set by a preemption without a new generation."""
+    return v if isinstance(v, str) else ""
 
 
 class PodReader:
@@ -96,6 +101,7 @@ class PodReader:
             deleting=bool(meta.get("deletionTimestamp")),
             resource_version=str(meta.get("resourceVersion") or ""),
             unsupported=unsupported,
+            nominated_node=_nominated(status.get("nominatedNodeName")),
         )
         return pod, membership
 

@@ -30,6 +30,9 @@ from gangsched.core.decisions import (
     GangTimedOut,
     GangUnschedulable,
     GangWaiting,
+    MemberLoss,
+    PodRef,
+    Preempt,
 )
 from gangsched.core.model import GangSpec
 from gangsched.core.resources import GPU
@@ -37,13 +40,16 @@ from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
 from gangsched.kube.binder import Binder, BindResult
+from gangsched.kube.budgets import budget_reflector
 from gangsched.kube.client import JSON, FenceCheck, FencedError
 from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.podreader import PodReader
+from gangsched.kube.preemptor import Outcome, Preemptor
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.reporter import Reporter
+from gangsched.kube.restarter import LOST_REASON, Deleted, GangRestarter
 from gangsched.kube.slicing import SLICE_SECONDS, in_slices
 from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.translate import (
@@ -101,6 +107,8 @@ class SchedulerService:
         status_resync_seconds: float = 60.0,
         fence: FenceCheck | None = None,
         slice_seconds: float = SLICE_SECONDS,
+        preemptor: Preemptor | None = None,
+        restarter: GangRestarter | None = None,
     ) -> None:
         self.core = core
         # With leader election: whether this replica is still sure it leads (see leader.py).
@@ -108,6 +116,12 @@ class SchedulerService:
         self.client = client
         self.binder = binder
         self.reporter = reporter
+        # carries out Preempt decisions (marks and deletes victims, nominates the preemptor)
+        self.preemptor = preemptor or Preemptor(
+            client, scheduler_name=core.config.scheduler_name, fence=fence
+        )
+        # carries out RestartGang (deletes the members a MemberLoss restarts)
+        self.restarter = restarter or GangRestarter(client, fence=fence)
         self._yield_every = yield_every
         # the longest a list (a relist, a status report of every gang) holds the loop
         self._slice = slice_seconds
@@ -135,6 +149,10 @@ class SchedulerService:
             ),
             # Claims, volumes, storage classes, CSINodes: where pods with volumes may go.
             *storage_reflectors(
+                client, core, self.poke, slice_seconds=slice_seconds, on_yield=self._turned
+            ),
+            # PodDisruptionBudgets: which pods preemption spares where it can.
+            budget_reflector(
                 client, core, self.poke, slice_seconds=slice_seconds, on_yield=self._turned
             ),
         ]
@@ -264,6 +282,9 @@ class SchedulerService:
                 result = result or ("unschedulable" if d.reason == "Unschedulable" else "pending")
             elif isinstance(d, GangTimedOut) and d.reason == "Timeout":
                 m.permit_timeouts.inc()
+            elif isinstance(d, Preempt):
+                result = result or "unschedulable"  # as kube-scheduler counts a PostFilter
+                m.preemptions.inc()
         if result:
             m.attempts.labels(result).inc()
             m.attempt_duration.labels(result).observe(seconds)
@@ -510,6 +531,19 @@ class SchedulerService:
                     self.reporter.event(pod, "Warning", why, "Scheduling", d.message)
                     if timeout:
                         self.reporter.timed_out(pod, d.message)
+                    self._clear_nomination(pod)
+            elif isinstance(d, MemberLoss):
+                self._member_loss(d)
+            elif isinstance(d, Preempt):
+                if not self._sure():
+                    continue  # deposed: nothing is evicted, and the process exits
+                for b in d.nominations:
+                    self.reporter.event(b.pod, "Normal", "Preempting", "Preempting", d.message)
+                task = asyncio.create_task(self._preempt(d))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                self._binds.add(task)
+                task.add_done_callback(self._binds.discard)
             self._report_group(d.gang)
 
     async def _bind(self, d: BindGang) -> None:
@@ -524,6 +558,62 @@ class SchedulerService:
         await self._sliced(results, self._bound)  # a gang of thousands: in slices
         self._report_group(d.gang)
         self.poke()
+
+    def _member_loss(self, d: MemberLoss) -> None:
+        """A gang that ran lost members: a ``GangMembersLost`` event on each member left (those
+        being restarted get a ``GangRestart`` event from the restarter instead), and under
+        RestartGang the deletion of ``d.restart``. The PodGroup status is written by
+        ``_handle`` as for every decision."""
+        log.warning("gang lost members", gang=d.gang, restart=len(d.restart))
+        restarting = {p.uid for p in d.restart}
+        for pod in d.members:
+            if pod.uid not in restarting:
+                self.reporter.event(pod, "Warning", LOST_REASON, "Lifecycle", d.message)
+        if not d.restart:
+            return
+        if not self._sure():
+            return  # deposed: nothing is deleted, and the process exits
+        task = asyncio.create_task(self._restart(d))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _restart(self, d: MemberLoss) -> None:
+        try:
+            results = await self.restarter.restart(d)
+        except FencedError:
+            return  # nothing to report: the process is on its way out
+        for r in results:
+            if r.outcome is Deleted.FAILED:
+                self.core.delete_failed(r.pod.uid)
+                self.reporter.event(r.pod, "Warning", "FailedGangRestart", "Deleting", r.message)
+        self._report_group(d.gang)
+        self.poke()
+
+    async def _preempt(self, d: Preempt) -> None:
+        try:
+            result = await self.preemptor.preempt(d)
+        except FencedError:
+            return  # nothing to report: the process is on its way out
+        for outcome in Outcome:
+            n = sum(1 for r in result.victims if r.outcome is outcome)
+            if n:
+                self.metrics.preemption_victims.labels(outcome.value).inc(n)
+        for r in result.victims:
+            if r.outcome is Outcome.FAILED:
+                # not deleted: it counts as the watch last showed it again (the core's hold
+                # for the preemptor runs out at its deadline)
+                self.core.delete_failed(r.victim.pod.uid)
+        self.poke()
+
+    def _clear_nomination(self, ref: PodRef) -> None:
+        """A pod released from a hold that a preemption nominated it for: its
+        ``nominatedNodeName`` no longer holds."""
+        pod = self.core.pod(ref.uid)
+        if pod is None or not pod.nominated_node or pod.node_name or not self._sure():
+            return
+        task = asyncio.create_task(self.preemptor.clear_nomination(ref))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _bound(self, r: BindResult) -> None:
         if r.ok:

@@ -13,11 +13,14 @@ keeps counting for host ports, inter-pod affinity and topology spread.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from gangsched.core.lifecycle import NONE, POLICIES
 from gangsched.core.model import (
     AffinityTerm,
     GangMode,
@@ -48,10 +51,12 @@ from gangsched.core.resources import (
     parse_resource_list,
     pod_requests,
 )
+from gangsched.kube import labels as lbl
 from gangsched.kube.membership import Membership, resolve_membership
 
 __all__ = [
     "SpecError",
+    "label_selector",
     "namespace_from",
     "node_from",
     "pod_from",
@@ -392,6 +397,12 @@ def _selector(obj: object, field: str) -> LabelSelector | None:
     return LabelSelector(tuple(sorted(pairs)), exprs)
 
 
+def label_selector(obj: object, field: str) -> LabelSelector | None:
+    """A metav1.LabelSelector as pod affinity terms read it (absent: None, matching nothing);
+    raises :class:`SpecError`, naming ``field``, when it cannot be read."""
+    return _selector(obj, field)
+
+
 def _with_label_keys(
     selector: LabelSelector | None,
     keys: tuple[str, ...],
@@ -706,6 +717,13 @@ def _unsupported_fields(spec: Obj) -> list[str]:
     return out
 
 
+def _preemption_policy(v: object) -> str:
+    """``spec.preemptionPolicy``: absent is ``PreemptLowerPriority`` (the API server's
+    default); a value it should have refused is taken as ``Never``, so nothing is evicted
+    on the strength of a field that cannot be read."""
+    return "PreemptLowerPriority" if v in (None, "PreemptLowerPriority") else "Never"
+
+
 def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
     meta = _map(obj.get("metadata"), "metadata")
     spec = _map(obj.get("spec"), "spec")
@@ -729,6 +747,8 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
         node_name=str(spec.get("nodeName") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         resource_version=str(meta.get("resourceVersion") or ""),
+        preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
+        nominated_node=_text(status.get("nominatedNodeName"), ""),
     )
     labels = _str_map(meta.get("labels"), "metadata.labels")
     annotations = _str_map(meta.get("annotations"), "metadata.annotations")
@@ -817,6 +837,9 @@ def _podgroup_from(obj: Obj) -> GangSpec:
         once = spec.get("onceSatisfied", "Independent")
         if once not in ("Independent", "Gang"):
             raise SpecError(f"spec.onceSatisfied: must be Independent or Gang, got {_shown(once)}")
+        preempt = _preempts(spec.get("preemptionPolicy"), "spec.preemptionPolicy")
+        on_loss = _on_member_loss(spec.get("onMemberLoss"), "spec.onMemberLoss")
+        runtime = _runtime(spec.get("expectedRuntimeSeconds"), "spec.expectedRuntimeSeconds")
         return GangSpec(
             key=key,
             min_member=min_member,
@@ -841,9 +864,74 @@ def _podgroup_from(obj: Obj) -> GangSpec:
                 ),
             ),
             once_satisfied_alone=once != "Gang",
+            preempt=preempt,
+            expected_runtime_seconds=runtime,
+            on_member_loss=on_loss,
         )
     except (QuantityError, SpecError, TypeError, ValueError) as e:
         return GangSpec(key=key, created=created, invalid_reason=str(e))
+
+
+def _on_member_loss(v: object, field: str) -> str:
+    """What follows when a gang that ran loses members (core/lifecycle.py): ``None`` (the
+    default, when absent) or ``RestartGang``."""
+    if v is None:
+        return NONE
+    if v in POLICIES:
+        return str(v)
+    raise SpecError(f"{field}: must be None or RestartGang, got {_shown(v)}")
+
+
+def _preempts(v: object, field: str) -> bool:
+    """``PreemptLowerPriority`` (the default) or ``Never``: whether the gang may preempt."""
+    if v is None or v == "PreemptLowerPriority":
+        return True
+    if v == "Never":
+        return False
+    raise SpecError(f"{field}: must be PreemptLowerPriority or Never, got {_shown(v)}")
+
+
+def _runtime(v: object, field: str, *, text: bool = False) -> float | None:
+    """A run time in seconds, a finite number > 0 (with ``text``, a string holding one: an
+    annotation's value)."""
+    if v is None:
+        return None
+    seconds: object = v
+    if text and isinstance(v, str):
+        try:
+            seconds = float(v)
+        except ValueError:
+            seconds = v
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise SpecError(f"{field}: expected a number of seconds, got {_shown(v)}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise SpecError(f"{field}: must be a number of seconds > 0, got {_shown(v)}")
+    return float(seconds)
+
+
+def _annotated(obj: Obj, gang: GangSpec) -> GangSpec:
+    """A PodGroup of another convention with what its gangsched annotations say
+    (``gangsched.io/preemption-policy``, ``gangsched.io/expected-runtime-seconds``)."""
+    if gang.invalid_reason:
+        return gang
+    meta = _map(obj.get("metadata"), "metadata")
+    try:
+        annotations = _str_map(meta.get("annotations"), "metadata.annotations")
+        policy = annotations.get(lbl.PREEMPTION_POLICY_ANNOTATION)
+        runtime = annotations.get(lbl.EXPECTED_RUNTIME_ANNOTATION)
+        on_loss = _on_member_loss(
+            annotations.get(lbl.ON_MEMBER_LOSS_ANNOTATION),
+            f"metadata.annotations[{lbl.ON_MEMBER_LOSS_ANNOTATION}]",
+        )
+        preempt = _preempts(policy, f"metadata.annotations[{lbl.PREEMPTION_POLICY_ANNOTATION}]")
+        seconds = _runtime(
+            runtime, f"metadata.annotations[{lbl.EXPECTED_RUNTIME_ANNOTATION}]", text=True
+        )
+    except SpecError as e:
+        return GangSpec(key=gang.key, created=gang.created, invalid_reason=str(e))
+    return dataclasses.replace(
+        gang, preempt=preempt, expected_runtime_seconds=seconds, on_member_loss=on_loss
+    )
 
 
 def _xk8s_podgroup_from(obj: Obj) -> GangSpec:
@@ -851,7 +939,7 @@ def _xk8s_podgroup_from(obj: Obj) -> GangSpec:
     keep = {
         k: spec[k] for k in ("minMember", "minResources", "scheduleTimeoutSeconds") if k in spec
     }
-    return _podgroup_from({"metadata": obj.get("metadata"), "spec": keep})
+    return _annotated(obj, _podgroup_from({"metadata": obj.get("metadata"), "spec": keep}))
 
 
 def _volcano_podgroup_from(obj: Obj) -> GangSpec:
@@ -865,7 +953,7 @@ def _volcano_podgroup_from(obj: Obj) -> GangSpec:
         body["minResources"] = spec["minResources"]
     if roles:
         body["roles"] = roles
-    return _podgroup_from({"metadata": obj.get("metadata"), "spec": body})
+    return _annotated(obj, _podgroup_from({"metadata": obj.get("metadata"), "spec": body}))
 
 
 # ---- the public translators: total functions ------------------------------------------------

@@ -418,8 +418,10 @@ def test_chart_service_account_has_no_more(installed: ControlPlane) -> None:
         return cp.kubectl("auth", "can-i", *args, "--as", SA_USER, check=False).stdout.strip()
 
     assert can_i("create", "pods", "--subresource=binding", "-A") == "yes"
+    assert can_i("delete", "pods", "-A") == "yes"  # preemption's victims
     for denied in (
-        ("delete", "pods", "-A"),
+        ("deletecollection", "pods", "-A"),
+        ("patch", "pods", "-A"),
         ("update", "nodes"),
         ("get", "secrets", "-A"),
         ("update", "leases.coordination.k8s.io/other", "-n", NAMESPACE),

@@ -565,6 +565,7 @@ ALLOWED: list[tuple[str, ...]] = [
     ("get", "pods"),
     ("list", "pods"),
     ("watch", "pods"),
+    ("delete", "pods"),  # preemption's victims
     ("create", "pods", "--subresource=binding"),
     ("patch", "pods", "--subresource=status"),
     ("create", "events.events.k8s.io"),
@@ -588,13 +589,14 @@ ALLOWED: list[tuple[str, ...]] = [
     ("watch", "storageclasses.storage.k8s.io"),
     ("list", "csinodes.storage.k8s.io"),
     ("watch", "csinodes.storage.k8s.io"),
+    ("list", "poddisruptionbudgets.policy"),
+    ("watch", "poddisruptionbudgets.policy"),
     ("get", f"leases.coordination.k8s.io/{LEASE}", *IN_NS),
     ("update", f"leases.coordination.k8s.io/{LEASE}", *IN_NS),
     ("create", "leases.coordination.k8s.io", *IN_NS),
 ]
 
 DENIED: list[tuple[str, ...]] = [
-    ("delete", "pods"),
     ("create", "pods"),
     ("update", "pods"),
     ("patch", "pods"),
@@ -632,6 +634,9 @@ DENIED: list[tuple[str, ...]] = [
     ("get", "csinodes.storage.k8s.io"),
     ("patch", "csinodes.storage.k8s.io"),
     ("list", "volumeattachments.storage.k8s.io"),
+    ("get", "poddisruptionbudgets.policy"),
+    ("patch", "poddisruptionbudgets.policy"),
+    ("update", "poddisruptionbudgets.policy", "--subresource=status"),
     ("get", "secrets"),
     ("list", "secrets"),
     ("list", "configmaps"),
@@ -684,9 +689,12 @@ def test_service_account_cannot_patch_pods(rbac: ControlPlane) -> None:
     assert rbac.kubectl("auth", "can-i", "patch", "pods", "-A").stdout.strip() == "yes"
 
 
-def test_service_account_cannot_delete_pods_or_update_nodes(rbac: ControlPlane) -> None:
-    assert not _can_i(rbac, "delete", "pods")
+def test_service_account_cannot_update_nodes(rbac: ControlPlane) -> None:
+    """It deletes pods (preemption's victims) but never a pod's collection, and never
+    changes a node."""
+    assert _can_i(rbac, "delete", "pods")
+    assert not _can_i(rbac, "deletecollection", "pods")
     assert not _can_i(rbac, "update", "nodes")
     assert not _can_i(rbac, "patch", "nodes")
     # and the question is really asked as the ServiceAccount: the admin may
-    assert rbac.kubectl("auth", "can-i", "delete", "pods", "-A").stdout.strip() == "yes"
+    assert rbac.kubectl("auth", "can-i", "patch", "nodes", "-A").stdout.strip() == "yes"

@@ -193,6 +193,7 @@ def test_podgroup_status_follows_min_member_and_deleted_members(
     )
     _settles(cp, ns, "g", _says(2, "Running", "True", "Scheduled", "2 member(s) bound"))
 
+    # The gang ran: a member deleted now is a member lost (core/lifecycle.py).
     cp.kubectl("delete", "pod", "g-1", "-n", ns, "--grace-period=0", "--force")
     _settles(
         cp,
@@ -200,10 +201,11 @@ def test_podgroup_status_follows_min_member_and_deleted_members(
         "g",
         _says(
             1,
-            "Scheduling",
+            "Unknown",
             "False",
-            "WaitingForMembers",
-            "1 of 2 members exist; waiting for more pods",
+            "MembersLost",
+            "the gang lost members (member g-1 was deleted): 1 of minMember 2 bound or "
+            "succeeded; waiting for its controller to replace them",
         ),
     )
 

@@ -558,6 +558,7 @@ class FakeKube:
         if req.verb == "get":
             return copy.deepcopy(current)
         if req.verb == "delete":
+            self._preconditions(ref, current, req.body)
             return self._delete(ref)
         if req.verb == "update":
             return self._update(ref, current, req.body)
@@ -613,6 +614,24 @@ class FakeKube:
             raise _status(409, "AlreadyExists", f'{ref.resource} "{name}" already exists')
         meta.pop("uid", None)  # the server makes one
         return self._store(target, obj, None)
+
+    def _preconditions(self, ref: _Ref, current: JSON, body: Any) -> None:
+        """A delete's ``DeleteOptions.preconditions`` (uid, resourceVersion): 409 when the
+        object is not the one meant, worded as the API server's BeforeDelete words it."""
+        pre = body.get("preconditions") if isinstance(body, dict) else None
+        if not isinstance(pre, dict):
+            return
+        meta = _meta(current)
+        for key, name in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            want = pre.get(key)
+            if want and want != meta.get(key):
+                raise _status(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {ref.resource} "{ref.name}": the {name} '
+                    f"in the precondition ({want}) does not match the {name} in record "
+                    f"({meta.get(key)}). The object might have been deleted and then recreated",
+                )
 
     def _update(self, ref: _Ref, current: JSON, body: Any) -> JSON:
         meta = _meta(body)
