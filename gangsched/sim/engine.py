@@ -3,6 +3,13 @@
 The simulator keeps its own truth of what runs where, independent of the core's cache, and
 checks the invariants against it after every step: no node over-committed in any resource,
 no gang ever holding 0 < n < minMember members.
+
+Preemption: a ``Preempt`` decision marks its victims as being deleted at once (as the API
+shows a pod whose graceful deletion was asked for) and deletes them ``grace`` seconds later
+(the workload's ``terminationGracePeriodSeconds``, 0 by default). Each evicted pod is then
+recreated as a new pending pod, as a Job controller would; a job left with fewer than
+``minMember`` running pods (every job hit by a whole-gang preemption) stops, and runs again
+from the start once it is bound again: its run time restarts.
 """
 
 from __future__ import annotations
@@ -14,7 +21,13 @@ from dataclasses import dataclass, field, replace
 
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import BindGang, Decision, GangTimedOut, GangUnschedulable
+from gangsched.core.decisions import (
+    BindGang,
+    Decision,
+    GangTimedOut,
+    GangUnschedulable,
+    Preempt,
+)
 from gangsched.core.model import GangMode, Node, Pod, PodPhase
 from gangsched.core.resources import GPU, ResourceList, add_into, sub_into
 from gangsched.core.scheduler import Scheduler
@@ -22,7 +35,7 @@ from gangsched.sim.jobs import SimJob
 
 __all__ = ["SimResult", "Simulation"]
 
-ARRIVE, FINISH = 0, 1
+ARRIVE, FINISH, EVICT = 0, 1, 2
 
 
 @dataclass(slots=True)
@@ -40,11 +53,21 @@ class SimResult:
     gpu_idle_while_waiting: float = 0.0  # GPU-seconds free while some GPU job waited
     gpu_seconds_total: float = 0.0
     placements: dict[str, str] = field(default_factory=dict)  # pod uid -> node it was bound to
+    preemptions: int = 0  # Preempt decisions
+    victim_pods: int = 0  # pods evicted by them
+    victim_gangs: int = 0  # gangs (with a PodGroup) hit by them, once per preemption
+    gpu_seconds_lost: float = 0.0  # over victims: GPUs x how long they had run when evicted
+    pods_recreated: int = 0  # evicted pods made again by their (simulated) controller
 
 
 class Simulation:
     def __init__(
-        self, nodes: list[Node], jobs: list[SimJob], config: CoreConfig, until: float | None = None
+        self,
+        nodes: list[Node],
+        jobs: list[SimJob],
+        config: CoreConfig,
+        until: float | None = None,
+        grace: float = 0.0,
     ) -> None:
         self.clock = FakeClock(0.0)
         self.scheduler = Scheduler(config, self.clock)
@@ -67,6 +90,16 @@ class Simulation:
         self.gpus_used = 0
         self.timeline: list[tuple[float, int, int, int]] = []
         self._waiting_gpu_jobs: set[str] = set()
+        # preemption
+        self.grace = grace
+        self.preemptions = 0
+        self.victim_pods = 0
+        self.victim_gangs = 0
+        self.gpu_seconds_lost = 0.0
+        self.bound_at: dict[str, float] = {}  # pod uid -> when it was bound
+        self._evicting: set[str] = set()  # victims whose deletion is under way
+        self._finish_at: dict[str, float] = {}  # job key -> when its current run ends
+        self._recreated = 0
 
     # ---- driving -----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -111,12 +144,14 @@ class Simulation:
             self.clock.set(t)
             progressed = False
             while self._events and self._events[0][0] <= t:
-                _, kind, _, key = heapq.heappop(self._events)
-                job = self.by_key[key]
-                if kind == ARRIVE:
-                    self._arrive(job)
-                else:
-                    self._finish(job)
+                t_ev, kind, _, key = heapq.heappop(self._events)
+                if kind == EVICT:
+                    self._evict(key)
+                elif kind == ARRIVE:
+                    self._arrive(self.by_key[key])
+                elif self._finish_at.get(key) == t_ev:  # not a run cut short by an eviction
+                    del self._finish_at[key]
+                    self._finish(self.by_key[key])
                 progressed = True
             decisions = self.scheduler.run_until_idle()
             if self._apply(decisions):
@@ -138,6 +173,11 @@ class Simulation:
             gpu_idle_while_waiting=idle_gpu,
             gpu_seconds_total=gpu_seconds,
             placements={u: p.node_name for u, p in self.pods.items() if p.node_name},
+            preemptions=self.preemptions,
+            victim_pods=self.victim_pods,
+            victim_gangs=self.victim_gangs,
+            gpu_seconds_lost=self.gpu_seconds_lost,
+            pods_recreated=self._recreated,
         )
 
     # ---- events ------------------------------------------------------------------------
@@ -182,6 +222,8 @@ class Simulation:
             elif isinstance(d, GangTimedOut):
                 self.timeouts += 1
                 touched.add(d.gang if d.gang in self.by_key else "")
+            elif isinstance(d, Preempt):
+                self._preempt(d)
             elif isinstance(d, GangUnschedulable):
                 job = self.by_key.get(d.gang) or (
                     self.job_of.get(d.pods[0].uid) if d.pods else None
@@ -208,6 +250,7 @@ class Simulation:
         job = self.job_of[uid]
         job.bound_pods.add(uid)
         now = self.clock.now()
+        self.bound_at[uid] = now
         if job.first_bound is None:
             job.first_bound = now
         self.scheduler.pod_upsert(bound)
@@ -215,10 +258,84 @@ class Simulation:
             self._complete(uid)
         elif job.started is None and len(job.bound_pods) >= job.min_member:
             job.started = now
+            if job.first_started is None:
+                job.first_started = now
+            since = job.arrival if job.pending_since is None else job.pending_since
+            job.waits.append((since, now))
+            job.pending_since = None
             job.reason, job.message = "Scheduled", ""
             self._waiting_gpu_jobs.discard(job.key)
             if job.duration != math.inf:
+                self._finish_at[job.key] = now + job.duration
                 self._push(now + job.duration, FINISH, job.key)
+
+    # ---- preemption --------------------------------------------------------------------
+    def _preempt(self, d: Preempt) -> None:
+        """Ask for the victims' deletion: they show as being deleted now and go after the
+        grace period."""
+        self.preemptions += 1
+        hit: set[str] = set()
+        now = self.clock.now()
+        for v in d.victims:
+            uid = v.pod.uid
+            pod = self.pods.get(uid)
+            if pod is None or uid in self._evicting or pod.terminal or not pod.node_name:
+                continue
+            self._evicting.add(uid)
+            self.victim_pods += 1
+            job = self.job_of[uid]
+            if job.spec is not None:
+                hit.add(job.key)
+            going = replace(pod, deleting=True)
+            self.pods[uid] = going
+            self.scheduler.pod_upsert(going)
+            self._push(now + self.grace, EVICT, uid)
+        self.victim_gangs += len(hit)
+
+    def _evict(self, uid: str) -> None:
+        """The victim's graceful termination is over: it is deleted, its capacity freed, and
+        its controller recreates it; its job stops if it no longer has its quorum running."""
+        self._evicting.discard(uid)
+        pod = self.pods[uid]
+        if pod.terminal or not pod.node_name:
+            return  # it finished meanwhile
+        now = self.clock.now()
+        gpus = pod.requests.get(GPU, 0)
+        self.gpu_seconds_lost += gpus * (now - self.bound_at.pop(uid, now))
+        sub_into(self.used[pod.node_name], pod.requests)
+        self.gpus_used -= gpus
+        job = self.job_of[uid]
+        job.bound_pods.discard(uid)
+        # Kept in the record as it ended (evicted), though the API no longer has it.
+        self.pods[uid] = replace(pod, phase=PodPhase.FAILED)
+        self.scheduler.pod_delete(uid)
+        self._recreate(job, pod)
+        running = sum(1 for u in job.bound_pods if self.pods[u].phase is PodPhase.RUNNING)
+        if job.started is not None and job.finished is None and running < job.min_member:
+            job.started = None
+            job.evictions += 1
+            job.pending_since = now
+            self._finish_at.pop(job.key, None)
+            if job.gpus:
+                self._waiting_gpu_jobs.add(job.key)
+
+    def _recreate(self, job: SimJob, gone: Pod) -> Pod:
+        """A new pending pod in place of a deleted one, as a Job controller makes it."""
+        self._recreated += 1
+        fresh = replace(
+            gone,
+            uid=f"{gone.uid}-r{self._recreated}",
+            name=f"{gone.name}-r{self._recreated}",
+            created=self.clock.now(),
+            node_name="",
+            phase=PodPhase.PENDING,
+            deleting=False,
+        )
+        job.pods = [fresh if p.uid == gone.uid else p for p in job.pods]
+        self.pods[fresh.uid] = fresh
+        self.job_of[fresh.uid] = job
+        self.scheduler.pod_upsert(fresh)
+        return fresh
 
     def _check_gang(self, key: str) -> None:
         job = self.by_key.get(key)

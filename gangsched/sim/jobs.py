@@ -38,6 +38,21 @@ class SimJob:
     reason: str = ""
     message: str = ""
     bound_pods: set[str] = field(default_factory=set)
+    first_started: float | None = None
+    # (from, to) of each wait that ended in a start: arrival to start, then eviction to restart
+    waits: list[tuple[float, float]] = field(default_factory=list)
+    pending_since: float | None = None  # while pending: since when (None: since arrival)
+    evictions: int = 0  # times a preemption stopped the job (it then runs again from the start)
+
+    @property
+    def waited(self) -> float:
+        """Seconds spent pending before its starts, over every start so far."""
+        return sum(b - a for a, b in self.waits)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the job asks for: over all its pods (a gang's whole size in GPUs)."""
+        return sum(p.requests.get(GPU, 0) for p in self.pods)
 
     @property
     def min_member(self) -> int:
@@ -85,6 +100,7 @@ def build_jobs(w: Workload, base: Path, cluster_gpus: int = 0) -> list[SimJob]:
             created=g.arrival,
             mode=GangMode(g.mode),
             roles=tuple(RoleSpec(r, m) for r, m in sorted(g.roles.items())),
+            expected_runtime_seconds=g.expected_runtime_seconds,
             gang_group=tuple(
                 sorted({key, *(x if "/" in x else f"{g.namespace}/{x}" for x in g.gang_group)})
             )
@@ -111,19 +127,23 @@ def build_jobs(w: Workload, base: Path, cluster_gpus: int = 0) -> list[SimJob]:
                         placement=placement,
                         group=key,
                         role=t.role,
+                        preemption_policy=g.preemption_policy,
                     )
                 )
         jobs.append(SimJob(key, g.arrival, g.duration, pods, spec))
     for p in w.pods:
-        pod = Pod(
-            uid(),
-            p.namespace,
-            p.name,
-            p.as_requests() | {PODS: 1},
-            created=p.arrival,
-            priority=p.priority,
-        )
-        jobs.append(SimJob(pod.key, p.arrival, p.duration, [pod]))
+        for i in range(p.repeat):
+            arrival = p.arrival + i * p.every
+            pod = Pod(
+                uid(),
+                p.namespace,
+                p.name if p.repeat == 1 else f"{p.name}-{i}",
+                p.as_requests() | {PODS: 1},
+                created=arrival,
+                priority=p.priority,
+                preemption_policy=p.preemption_policy,
+            )
+            jobs.append(SimJob(pod.key, arrival, p.duration, [pod]))
     if w.trace_pods is not None:
         tp = w.trace_pods
         tasks = read_trace_tasks(

@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from typing import Any
 
 from gangsched.core.plugins.task_topology import relations
 from gangsched.sim.engine import SimResult
 
-__all__ = ["format_table", "plot", "summary"]
+__all__ = ["SIZE_CLASSES", "format_summary", "format_table", "plot", "summary"]
+
+# Jobs (a gang, or a plain pod) by the GPUs they ask for in all: (label, lowest, highest).
+# One GPU is the stream of small jobs; 2-8 fits on one 8-GPU node; 9-32 spans up to four
+# such nodes; 33+ is a large gang. A job without GPUs is in "0".
+SIZE_CLASSES: tuple[tuple[str, int, float], ...] = (
+    ("0", 0, 0),
+    ("1", 1, 1),
+    ("2-8", 2, 8),
+    ("9-32", 9, 32),
+    ("33+", 33, math.inf),
+)
 
 
 def summary(r: SimResult, workload: str) -> dict[str, Any]:
     gangs = [j for j in r.jobs if j.spec is not None]
-    bound = [j for j in gangs if j.started is not None]
-    waits = [j.started - j.arrival for j in r.jobs if j.started is not None]
+    bound = [j for j in gangs if j.first_started is not None]
+    waits = [j.waited for j in r.jobs if j.first_started is not None]
     alloc_mean = _time_weighted_allocation(r)
+    longest, longest_wait, spans = _longest_wait(r)
     return {
         "workload": workload,
         "nodes": None,
@@ -24,8 +37,10 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "gangs_bound": len(bound),
         "gangs_failed": len(gangs) - len(bound),
         "plain_pods_total": len(r.jobs) - len(gangs),
-        "plain_pods_bound": sum(1 for j in r.jobs if j.spec is None and j.started is not None),
-        "pods_total": sum(len(j.pods) for j in r.jobs),
+        "plain_pods_bound": sum(
+            1 for j in r.jobs if j.spec is None and j.first_started is not None
+        ),
+        "pods_total": sum(len(j.pods) for j in r.jobs) + r.pods_recreated,
         "pods_bound": r.pods_bound,
         "partial_gangs": len(r.partial_gangs),
         "overcommitted_nodes": len(r.overcommitted_nodes),
@@ -40,7 +55,17 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
             r.gpu_idle_while_waiting / r.gpu_seconds_total if r.gpu_seconds_total else 0.0, 4
         ),
         "wait_seconds_mean": round(statistics.fmean(waits), 3) if waits else 0.0,
+        "wait_seconds_p50": round(_pct(waits, 0.5), 3) if waits else 0.0,
         "wait_seconds_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
+        "wait_seconds_max": round(max(waits), 3) if waits else 0.0,
+        "wait_by_gpus": _wait_by_class(r),
+        "longest_waiting_gang": longest,
+        "longest_gang_wait_seconds": round(longest_wait, 3),
+        "gpu_allocation_while_longest_gang_waited": round(_allocation_over(r, spans), 4),
+        "preemptions": r.preemptions,
+        "victim_pods": r.victim_pods,
+        "victim_gangs": r.victim_gangs,
+        "gpu_seconds_lost": round(r.gpu_seconds_lost, 3),
         "permit_timeouts": r.timeouts,
         "cross_node_affine_pairs": cross_node_affine_pairs(r),
         "cycles": r.cycles,
@@ -66,6 +91,64 @@ def cross_node_affine_pairs(r: SimResult) -> int:
     return total
 
 
+def _wait_by_class(r: SimResult) -> dict[str, dict[str, float]]:
+    """Per size class with jobs: how many, how many started, their wait p50/p99/max (over
+    the started ones), and how many were still waiting at the end of the run."""
+    out: dict[str, dict[str, float]] = {}
+    for label, lo, hi in SIZE_CLASSES:
+        jobs = [j for j in r.jobs if lo <= j.gpus <= hi]
+        if not jobs:
+            continue
+        waits = [j.waited for j in jobs if j.first_started is not None]
+        out[label] = {
+            "jobs": len(jobs),
+            "started": len(waits),
+            "wait_p50": round(_pct(waits, 0.5), 3) if waits else 0.0,
+            "wait_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
+            "wait_max": round(max(waits), 3) if waits else 0.0,
+            "still_waiting": sum(1 for j in jobs if j.started is None and j.finished is None),
+        }
+    return out
+
+
+def _longest_wait(r: SimResult) -> tuple[str, float, list[tuple[float, float]]]:
+    """The gang (a job with a PodGroup) that spent longest pending (its waits that ended in a
+    start, plus the one still open at the end of the run, if any), that time, and its
+    waiting spans. Ties go to the gang asking for more GPUs, then to the first in the
+    workload. Plain pods are left out: their waits are in ``wait_by_gpus``."""
+    best: tuple[str, float, list[tuple[float, float]]] = ("", 0.0, [])
+    best_rank: tuple[float, int] = (0.0, -1)
+    for j in r.jobs:
+        if j.spec is None:
+            continue
+        spans = list(j.waits)
+        if j.started is None and j.finished is None:
+            since = j.arrival if j.pending_since is None else j.pending_since
+            if r.sim_seconds > since:
+                spans.append((since, r.sim_seconds))
+        total = sum(b - a for a, b in spans)
+        rank = (total, j.gpus)
+        if total > 0 and rank > best_rank:
+            best, best_rank = (j.key, total, spans), rank
+    return best
+
+
+def _allocation_over(r: SimResult, spans: list[tuple[float, float]]) -> float:
+    """Share of GPUs allocated, weighted by time, over the given spans of simulated time."""
+    tl = r.timeline
+    if not tl or tl[0][2] == 0:
+        return 0.0
+    ends = [t for t, *_ in tl[1:]] + [max(r.sim_seconds, tl[-1][0])]
+    area = length = 0.0
+    for a, b in spans:
+        length += b - a
+        for (t0, used, total, _), t1 in zip(tl, ends, strict=True):
+            lo, hi = max(a, t0), min(b, t1)
+            if hi > lo:
+                area += (hi - lo) * used / total
+    return area / length if length > 0 else 0.0
+
+
 def _pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
@@ -89,8 +172,11 @@ def format_table(r: SimResult, limit: int | None = 50) -> str:
     shown = jobs if limit is None else jobs[:limit]
     for j in shown:
         outcome = "finished" if j.finished else ("running" if j.started is not None else "pending")
-        waited = f"{j.started - j.arrival:.1f}s" if j.started is not None else "-"
-        bound = f"{j.started:.1f}" if j.started is not None else "-"
+        if j.evictions:
+            outcome += f" (evicted {j.evictions}x)"
+        first = j.first_started
+        waited = f"{j.waited:.1f}s" if first is not None else "-"
+        bound = f"{first:.1f}" if first is not None else "-"
         reason = "" if j.started is not None else f"{j.reason}: {j.message}"[:90]
         rows.append((j.key, str(j.min_member), f"{j.arrival:.1f}", bound, waited, outcome, reason))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -101,6 +187,20 @@ def format_table(r: SimResult, limit: int | None = 50) -> str:
     if limit is not None and len(jobs) > limit:
         lines.append(f"... {len(jobs) - limit} more gangs (use --all)")
     return "\n".join(lines)
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary as ``key value`` lines; a mapping value (the wait per size class) as one
+    line per entry, ``key.entry field=value ...``."""
+    rows: list[tuple[str, str]] = []
+    for k, v in s.items():
+        if isinstance(v, dict):
+            for sub, fields in v.items():
+                rows.append((f"{k}.{sub}", " ".join(f"{f}={x}" for f, x in fields.items())))
+        else:
+            rows.append((k, str(v)))
+    width = max((len(k) for k, _ in rows), default=0)
+    return "\n".join(f"{k:{width}}  {v}" for k, v in rows)
 
 
 def plot(r: SimResult, path: str, title: str) -> None:

@@ -12,7 +12,7 @@ from gangsched.core.resources import GPU
 from gangsched.settings import Settings
 from gangsched.sim.engine import SimResult, Simulation
 from gangsched.sim.jobs import build_jobs, build_nodes
-from gangsched.sim.report import format_table, plot, summary
+from gangsched.sim.report import format_summary, format_table, plot, summary
 from gangsched.sim.workload import WorkloadError, load_workload
 
 __all__ = ["core_config_from", "simulate"]
@@ -23,6 +23,9 @@ _SETTING_NAMES = {
     "backoffInitialSeconds": "backoff_initial_seconds",
     "backoffMaxSeconds": "backoff_max_seconds",
     "unschedulableFlushSeconds": "unschedulable_flush_seconds",
+    "preemption": "preemption",
+    "preemptionHoldSeconds": "preemption_hold_seconds",
+    "reservationAfterSeconds": "reservation_after_seconds",
     "nodesToScore": "nodes_to_score",
     "scoreWeights": "score_weights",
     "filters": "filters",
@@ -51,7 +54,13 @@ def simulate(
     w, base = load_workload(path)
     nodes = build_nodes(w, base)
     jobs = build_jobs(w, base, sum(n.allocatable.get(GPU, 0) for n in nodes))
-    sim = Simulation(nodes, jobs, core_config_from(w.settings), until=until)
+    sim = Simulation(
+        nodes,
+        jobs,
+        core_config_from(w.settings),
+        until=until,
+        grace=w.termination_grace_period_seconds,
+    )
     result = sim.run()
     s = summary(result, w.name)
     s["nodes"] = len(nodes)
@@ -60,10 +69,6 @@ def simulate(
     if as_json:
         text = json.dumps(s, sort_keys=True)
     else:
-        text = (
-            format_table(result, None if show_all else 50)
-            + "\n\n"
-            + "\n".join(f"{k:32} {v}" for k, v in s.items())
-        )
+        text = format_table(result, None if show_all else 50) + "\n\n" + format_summary(s)
     ok = s["partial_gangs"] == 0 and s["overcommitted_nodes"] == 0
     return (0 if ok else 3), text, result

@@ -111,6 +111,11 @@ class GangDef(_Strict):
     min_member: int | None = Field(None, ge=1, alias="minMember")
     timeout_seconds: float | None = Field(None, gt=0, alias="timeoutSeconds")
     priority: int = 0
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = Field(
+        "PreemptLowerPriority", alias="preemptionPolicy"
+    )
+    # the PodGroup's expected run time (backfill next to a reservation); none by default
+    expected_runtime_seconds: float | None = Field(None, gt=0, alias="expectedRuntimeSeconds")
     mode: Literal["Strict", "NonStrict"] = "Strict"
     roles: dict[str, int] = Field(default_factory=dict)  # role -> its own minMember
     topology: dict[str, list[list[str]]] = Field(default_factory=dict)
@@ -135,6 +140,13 @@ class PodDef(Resources):
     arrival: float = Field(0.0, ge=0)
     duration: float = Field(600.0, gt=0)
     priority: int = 0
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = Field(
+        "PreemptLowerPriority", alias="preemptionPolicy"
+    )
+    # A stream: ``repeat`` pods like this, named <name>-0 ... <name>-<repeat-1>, the i-th
+    # arriving at ``arrival + i * every``.
+    repeat: int = Field(1, ge=1, le=1_000_000)
+    every: float = Field(0.0, ge=0)
 
 
 class TracePods(_Strict):
@@ -167,6 +179,10 @@ class Workload(_Strict):
     pods: list[PodDef] = Field(default_factory=list)
     trace_pods: TracePods | None = Field(None, alias="tracePods")
     settings: dict[str, Any] = Field(default_factory=dict)
+    # How long an evicted (preempted) pod takes to go once its deletion is asked for.
+    termination_grace_period_seconds: float = Field(
+        0.0, ge=0, le=86400, alias="terminationGracePeriodSeconds"
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Workload:
