@@ -408,7 +408,11 @@ def test_status_fields(status: Schema) -> None:
         "observedGeneration",
         "message",
         "conditions",
+        "reservation",
     }
+    r = p["reservation"]
+    assert r["type"] == "object" and set(r["properties"]) == {"nodes", "since", "reason"}
+    assert r["properties"]["since"]["format"] == "date-time"
     for count in ("scheduled", "running", "succeeded", "failed", "waiting"):
         assert (p[count]["type"], p[count]["format"], p[count]["minimum"]) == (
             "integer",

@@ -89,6 +89,7 @@ def scheduler_status(
     start: str,
     last_failure: str,
     since: str,
+    reservation: JSON | None = None,
 ) -> JSON:
     """Every status field the scheduler owns, as it applies them: ``st`` (phase, counts and
     the ``Scheduled`` condition, whose ``lastTransitionTime`` is ``since``), the spec
@@ -108,6 +109,8 @@ def scheduler_status(
         status["scheduleStartTime"] = start
     if last_failure:
         status["lastFailureTime"] = last_failure
+    if reservation:
+        status["reservation"] = reservation
     status["conditions"] = [
         {
             "type": "Scheduled",

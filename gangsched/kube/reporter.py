@@ -151,6 +151,7 @@ class Reporter:
         last_failure: float | None,
         seen: Mapping[str, Any] | None = None,
         force: bool = False,
+        reservation: Mapping[str, Any] | None = None,
     ) -> None:
         """Apply a gangsched PodGroup's status (every field the scheduler owns) when it
         changed since the last report; with ``force`` (a relist, the periodic resync) when
@@ -168,7 +169,8 @@ class Reporter:
         failed_at = (
             rfc3339(last_failure) if last_failure else str(current.get("lastFailureTime") or "")
         )
-        signature = (status, generation, waiting, start_at, failed_at)
+        held = dict(reservation) if reservation else None
+        signature = (status, generation, waiting, start_at, failed_at, repr(held))
         last = self._group_status.get(key)
         if not force and last is not None and last.signature == signature:
             return
@@ -181,6 +183,7 @@ class Reporter:
             start=start_at,
             last_failure=failed_at,
             since=since,
+            reservation=held,
         )
         if force and seen is not None and says(current, want):
             self._group_status[key] = Reported(

@@ -42,6 +42,7 @@ from gangsched.kube.api import KubeApi
 from gangsched.kube.binder import Binder, BindResult
 from gangsched.kube.budgets import budget_reflector
 from gangsched.kube.client import JSON, FenceCheck, FencedError
+from gangsched.kube.events import rfc3339
 from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
@@ -638,6 +639,15 @@ class SchedulerService:
             last_failure=view.last_failure,
             seen=self._podgroups.get(key),
             force=force,
+            reservation=(
+                {
+                    "nodes": list(view.reserved_nodes),
+                    "since": rfc3339(view.reserved_since),
+                    "reason": view.reservation_reason,
+                }
+                if view.reserved_nodes and view.reserved_since is not None
+                else None
+            ),
         )
 
     def _seen_podgroup(self, obj: JSON) -> None:

@@ -1128,3 +1128,14 @@ async def test_healthz_fails_once_the_controller_thread_has_ended() -> None:
     app._status_thread = ended  # the scheduler runs on, the controller is gone
     assert not app.live()
     assert (await health._healthz(None)).status == 500  # type: ignore[arg-type]
+
+
+def test_a_reservation_is_written_while_the_gang_holds_one_and_dropped_after() -> None:
+    st = group_status(2, MemberCounts(total=2), reason="Unschedulable", message="no room")
+    held = {"nodes": ["n0", "n1"], "since": "S", "reason": "waited 61s for capacity"}
+    status = scheduler_status(
+        st, generation=1, waiting=0, start="S", last_failure="", since="T", reservation=held
+    )
+    assert status["reservation"] == held
+    without = scheduler_status(st, generation=1, waiting=0, start="S", last_failure="", since="T")
+    assert "reservation" not in without, "server-side apply drops the field it no longer sends"
