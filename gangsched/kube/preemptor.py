@@ -36,7 +36,6 @@ never went.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -46,10 +45,17 @@ import structlog
 
 from gangsched.core.decisions import Binding, PodRef, Preempt, Victim
 from gangsched.core.gang import PLAIN_PREFIX
-from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError, FenceCheck, FencedError, background_lane
 from gangsched.kube.events import rfc3339
+from gangsched.kube.podwrites import (
+    Written,
+    delete_options,
+    pod_path,
+    post_pod_event,
+    retried,
+    uid_mismatch,
+)
 
 __all__ = [
     "CONDITION_REASON",
@@ -69,7 +75,6 @@ CONDITION_REASON = "PreemptionByScheduler"  # v1.PodReasonPreemptionByScheduler
 EVENT_REASON = "Preempted"
 EVENT_ACTION = "Preempting"
 STRATEGIC = "application/strategic-merge-patch+json"
-REPORTING_CONTROLLER = f"{lbl.GROUP}/gangsched"  # as the reporter's events say
 
 
 class Outcome(StrEnum):
@@ -77,6 +82,13 @@ class Outcome(StrEnum):
     GONE = "gone"  # already deleted
     REPLACED = "replaced"  # the name now belongs to another pod: left alone
     FAILED = "failed"  # could not be marked or deleted
+
+
+_OUTCOME = {
+    Written.GONE: Outcome.GONE,
+    Written.REPLACED: Outcome.REPLACED,
+    Written.FAILED: Outcome.FAILED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,21 +113,10 @@ def preemptor_name(d: Preempt) -> str:
     return f"gang {d.gang}"
 
 
-def _pod_path(pod: PodRef) -> str:
-    return f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
-
-
 def _patch_of_another_pod(e: ApiError) -> bool:
     """A patch carrying the victim's UID landed on another pod of that name: it would change
     ``metadata.uid`` (422, ``field is immutable``)."""
     return e.status == 422 and "metadata.uid" in str(e)
-
-
-def _delete_of_another_pod(e: ApiError) -> bool:
-    """A delete's UID precondition failed: 409 (the only precondition it carries; the API
-    server words it ``the UID in the precondition (...) does not match the UID in record``,
-    or from its storage layer ``Precondition failed: UID in precondition``)."""
-    return e.status == 409
 
 
 def _never(e: ApiError) -> bool:
@@ -196,7 +197,7 @@ class Preemptor:
             "lastTransitionTime": rfc3339(),
         }
         mark = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
-        path = _pod_path(pod)
+        path = pod_path(pod)
         outcome = await self._write(
             pod,
             "marking",
@@ -205,16 +206,12 @@ class Preemptor:
         )
         if outcome is not None:
             return self._done(v, *outcome)
-        options = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": {"uid": pod.uid},
-        }
+        options = delete_options(pod.uid)
         outcome = await self._write(
             pod,
             "deleting",
             lambda: self._request("DELETE", path, options, None),
-            _delete_of_another_pod,
+            uid_mismatch,
         )
         if outcome is not None:
             return self._done(v, *outcome)
@@ -228,31 +225,14 @@ class Preemptor:
         return self._done(v, Outcome.EVICTED, "")
 
     async def _event(self, pod: PodRef, note: str) -> JSON:
-        now = time.time()
-        body = {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{pod.name}.{time.time_ns():x}",
-                "namespace": pod.namespace,
-            },
-            "eventTime": rfc3339(now, micro=True),
-            "reportingController": REPORTING_CONTROLLER,
-            "reportingInstance": self._instance,
-            "action": EVENT_ACTION,
-            "reason": EVENT_REASON,
-            "note": note[:1024],
-            "type": "Normal",
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-            },
-        }
-        return await self._client.post(
-            f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body
+        return await post_pod_event(
+            self._client,
+            pod,
+            kind="Normal",
+            reason=EVENT_REASON,
+            action=EVENT_ACTION,
+            note=note,
+            instance=self._instance,
         )
 
     def _done(self, v: Victim, outcome: Outcome, message: str) -> VictimResult:
@@ -282,24 +262,19 @@ class Preemptor:
         call: Callable[[], Awaitable[Any]],
         replaced: Callable[[ApiError], bool],
     ) -> tuple[Outcome, str] | None:
-        """One write about ``pod``, retried on retriable errors: None when it was done, else
-        the outcome: gone (404), replaced (``replaced`` says the write found another pod
-        under the name), failed."""
-        delay = self._delay
-        for attempt in range(self._retries + 1):
-            try:
-                await call()
-                return None
-            except ApiError as e:
-                if e.status == 404:
-                    return Outcome.GONE, str(e)
-                if replaced(e):
-                    return Outcome.REPLACED, str(e)
-                if not e.retriable or attempt == self._retries:
-                    return Outcome.FAILED, f"{what} {pod.namespace}/{pod.name}: {e}"
-                await asyncio.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+        """One write about ``pod`` (podwrites.retried): None when it was done, else the
+        outcome: gone (404), replaced (``replaced`` says the write found another pod under the
+        name), failed."""
+        written, message = await retried(
+            call,
+            what=f"{what} {pod.namespace}/{pod.name}",
+            retries=self._retries,
+            delay=self._delay,
+            replaced=replaced,
+        )
+        if written is Written.DONE:
+            return None
+        return _OUTCOME[written], message
 
     async def nominate(self, b: Binding) -> int:
         """Set ``status.nominatedNodeName`` of a preemptor pod: 1 when written, 0 when the pod
@@ -312,7 +287,7 @@ class Preemptor:
 
     async def _nominated_node(self, pod: PodRef, node: str | None) -> int:
         body = {"metadata": {"uid": pod.uid}, "status": {"nominatedNodeName": node}}
-        path = f"{_pod_path(pod)}/status"
+        path = f"{pod_path(pod)}/status"
         outcome = await self._write(
             pod,
             "nominating",

@@ -19,17 +19,15 @@ commits the decision and carries the leader's fence, as bindings do.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from enum import StrEnum
 
 import structlog
 
 from gangsched.core.decisions import MemberLoss, PodRef
-from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON, ApiError, FenceCheck, FencedError, background_lane
-from gangsched.kube.events import rfc3339
+from gangsched.kube.client import ApiError, FenceCheck, FencedError, background_lane
+from gangsched.kube.podwrites import Written, delete_options, pod_path, post_pod_event, retried
 
 __all__ = ["EVENT_REASON", "LOST_REASON", "Deleted", "GangRestarter", "RestartResult"]
 
@@ -38,7 +36,6 @@ log = structlog.get_logger("gangsched.restarter")
 LOST_REASON = "GangMembersLost"  # the event on every remaining member (service.py)
 EVENT_REASON = "GangRestart"  # the event on each member deleted to restart its gang
 EVENT_ACTION = "Deleting"
-REPORTING_CONTROLLER = f"{lbl.GROUP}/gangsched"  # as the reporter's events say
 
 
 class Deleted(StrEnum):
@@ -95,55 +92,36 @@ class GangRestarter:
         return results
 
     async def _delete(self, pod: PodRef, d: MemberLoss) -> RestartResult:
-        path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": pod.uid}}
-        delay = self._delay
-        for attempt in range(self._retries + 1):
-            try:
-                await self._client.request("DELETE", path, body=options, fence=self._fence)
-                break
-            except ApiError as e:
-                if e.status == 404:
-                    return RestartResult(pod, Deleted.GONE, str(e))
-                if e.status == 409:
-                    return RestartResult(pod, Deleted.REPLACED, str(e))
-                if not e.retriable or attempt == self._retries:
-                    self.failed += 1
-                    message = f"deleting {pod.namespace}/{pod.name}: {e}"
-                    log.warning("could not delete a member to restart its gang", error=message)
-                    return RestartResult(pod, Deleted.FAILED, message)
-                await asyncio.sleep(delay)
-                delay *= 2
+        name = f"{pod.namespace}/{pod.name}"
+        written, message = await retried(
+            lambda: self._client.request(
+                "DELETE", pod_path(pod), body=delete_options(pod.uid), fence=self._fence
+            ),
+            what=f"deleting {name}",
+            retries=self._retries,
+            delay=self._delay,
+        )
+        if written is Written.GONE:
+            return RestartResult(pod, Deleted.GONE, message)
+        if written is Written.REPLACED:
+            return RestartResult(pod, Deleted.REPLACED, message)
+        if written is Written.FAILED:
+            self.failed += 1
+            log.warning("could not delete a member to restart its gang", error=message)
+            return RestartResult(pod, Deleted.FAILED, message)
         self.deleted += 1
         note = f"Deleted to restart gang {d.gang} (onMemberLoss RestartGang): {d.message}"
         try:
             with background_lane():
-                await self._event(pod, note)
+                await post_pod_event(
+                    self._client,
+                    pod,
+                    kind="Warning",
+                    reason=EVENT_REASON,
+                    action=EVENT_ACTION,
+                    note=note,
+                    instance=self._instance,
+                )
         except ApiError as e:
             log.warning("could not record the GangRestart event", error=str(e))
         return RestartResult(pod, Deleted.DELETED)
-
-    async def _event(self, pod: PodRef, note: str) -> JSON:
-        now = time.time()
-        body = {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {"name": f"{pod.name}.{time.time_ns():x}", "namespace": pod.namespace},
-            "eventTime": rfc3339(now, micro=True),
-            "reportingController": REPORTING_CONTROLLER,
-            "reportingInstance": self._instance,
-            "action": EVENT_ACTION,
-            "reason": EVENT_REASON,
-            "note": note[:1024],
-            "type": "Warning",
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-            },
-        }
-        return await self._client.post(
-            f"/apis/events.k8s.io/v1/namespaces/{pod.namespace}/events", body
-        )
