@@ -11,6 +11,7 @@ nodes that can hold it, tightest first), and cluster-wide free totals over ready
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
 from gangsched.core.model import HostPort, Node, Pod
@@ -54,6 +55,9 @@ class ClusterCache:
         self.pods: dict[str, Pod] = {}
         self._counted_on: dict[str, str] = {}  # pod uid -> node its requests count on
         self._counted_req: dict[str, ResourceList] = {}
+        # How many counted pods have each priority: preemption looks for lower ones first.
+        self.counted_priorities: Counter[int] = Counter()
+        self._counted_prio: dict[str, int] = {}
         self.assumed: dict[str, str] = {}  # pod uid -> node, reserved and not yet confirmed
         self._gpu_buckets: dict[int, dict[str, None]] = {}  # free GPUs -> ordered node set
         self._bucket_of: dict[str, int] = {}
@@ -212,6 +216,13 @@ class ClusterCache:
             sub_into(info.requested, self._counted_req.pop(uid))
             info.pods.discard(uid)
             del self._counted_on[uid]
+            prio = self._counted_prio.pop(uid, None)
+            if prio is not None:
+                left = self.counted_priorities[prio] - 1
+                if left:
+                    self.counted_priorities[prio] = left
+                else:
+                    del self.counted_priorities[prio]
             self.pod_index.remove(uid)
             self.term_index.remove(uid)
             self.volumes.uncount(uid)
@@ -240,6 +251,8 @@ class ClusterCache:
             self._counted_req[uid] = req
             pod = self.pods.get(uid)
             if pod is not None:
+                self._counted_prio[uid] = pod.priority
+                self.counted_priorities[pod.priority] += 1
                 self.pod_index.add(pod)
                 self.term_index.add(pod)
                 if pod.volumes.claims:

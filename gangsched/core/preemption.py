@@ -114,6 +114,8 @@ class Preemptor:
         (default: preemption's, with disruption budgets); reservations ask which pods to wait
         for with their own."""
         cache = self._cache
+        if not any(p < priority for p in cache.counted_priorities):
+            return None  # nothing runs below it (O(distinct priorities))
         group = gang.spec.gang_group if gang.spec is not None else ()
         going, units = self._candidates(priority, promised, min(group) if group else gang.key)
         if not units:
