@@ -71,7 +71,12 @@ class NodeFinder:
 
     def add_filter(self, f: FilterPlugin) -> None:
         """A filter the scheduler itself owns (not a configurable plugin), run last."""
-        self._dynamic.append(f)
+        if f not in self._dynamic:
+            self._dynamic.append(f)
+
+    def remove_filter(self, f: FilterPlugin) -> None:
+        if f in self._dynamic:
+            self._dynamic.remove(f)
 
     def unhonoured(self, pod: Pod) -> str:
         """The first field of ``pod`` whose filter the configuration left out, named with the

@@ -58,17 +58,36 @@ class ReservationFilter:
     name = "Reservation"
     static = False
 
-    def __init__(self, spec_of: Callable[[str], GangSpec | None], now: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        spec_of: Callable[[str], GangSpec | None],
+        now: Callable[[], float],
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
         self._spec_of = spec_of
         self._now = now
-        self.current: Reservation | None = None
+        # Told whether a reservation now exists: the scheduler runs this filter only then, so
+        # that placement pays nothing for it the rest of the time.
+        self._on_change = on_change
+        self._current: Reservation | None = None
         self._exempt: dict[str, bool] = {}  # gang key -> may ignore the reservation (per cycle)
+
+    @property
+    def current(self) -> Reservation | None:
+        return self._current
+
+    @current.setter
+    def current(self, r: Reservation | None) -> None:
+        was = self._current is not None
+        self._current = r
+        if self._on_change is not None and was != (r is not None):
+            self._on_change(r is not None)
 
     def begin_cycle(self) -> None:
         self._exempt.clear()
 
     def filter(self, pod: Pod, node: NodeInfo) -> Status:
-        r = self.current
+        r = self._current
         if r is None:
             return SUCCESS
         need = r.need.get(node.name)

@@ -158,8 +158,7 @@ class Scheduler:
         self.awaited_by: dict[str, set[str]] = {}
         self.preemptions = 0
         # The reservation for a gang that waited too long (core/reservation.py).
-        self.reserve = ReservationFilter(self._spec_of, clock.now)
-        self.finder.add_filter(self.reserve)
+        self.reserve = ReservationFilter(self._spec_of, clock.now, self._reservation_changed)
         self.started: dict[str, float] = {}  # pod uid -> when this process saw it bound
         # Victims this process asked to evict whose deletion the watch has not shown yet: they
         # count as being deleted already (not toward their gang's quorum, never victims twice).
@@ -964,6 +963,12 @@ class Scheduler:
             "reserved_since": r.since,
             "reservation_reason": r.reason,
         }
+
+    def _reservation_changed(self, exists: bool) -> None:
+        if exists:
+            self.finder.add_filter(self.reserve)
+        else:
+            self.finder.remove_filter(self.reserve)
 
     def _unreserve(self, key: str) -> None:
         r = self.reserve.current
