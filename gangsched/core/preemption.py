@@ -125,18 +125,21 @@ class Preemptor:
             for uid in going:
                 cache.lift(uid)
                 lifted.append(uid)
+            # Lift the cheapest units first (lowest priority, fewest GPUs, youngest; those a
+            # disruption budget protects last), in batches that double, until the gang fits:
+            # a few what-if placements, however many units there are.
+            order = self._lift_order(units, keep_first)
             placements: dict[str, str] | None = None
             chosen: list[Unit] = []
-            for level in sorted({u.priority for u in units}):
-                tier = [u for u in units if u.priority == level]
-                for u in tier:
+            batch = 1
+            while placements is None and len(chosen) < len(order):
+                for u in order[len(chosen) : len(chosen) + batch]:
                     for uid in u.uids:
                         cache.lift(uid)
                         lifted.append(uid)
-                chosen.extend(tier)
+                    chosen.append(u)
+                batch *= 2
                 placements = self._try(gang, h)
-                if placements is not None:
-                    break
             if placements is None:
                 return None
             victims, placements = self._reprieve(gang, h, chosen, placements, keep_first)
@@ -146,6 +149,16 @@ class Preemptor:
         used = set(placements.values())
         awaited = sorted(uid for uid in going if cache.node_of(uid) in used)
         return Plan(placements, victims, awaited)
+
+    def _lift_order(
+        self, units: list[Unit], keep_first: Callable[[Unit], tuple[float, ...]] | None
+    ) -> list[Unit]:
+        if keep_first is not None:
+            return sorted(units, key=lambda u: (*keep_first(u), u.gang, u.uids), reverse=True)
+        order = sorted(units, key=lambda u: (u.priority, u.gpus, -u.created, u.gang, u.uids))
+        breaking = self._breaking_budgets(order)
+        order.sort(key=lambda u: u.uids in breaking)  # stable: protected ones last
+        return order
 
     def _reprieve(
         self,
