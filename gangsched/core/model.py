@@ -310,8 +310,8 @@ class GangSpec:
 @dataclass(frozen=True, slots=True)
 class DisruptionBudget:
     """A PodDisruptionBudget as preemption reads it: which pods it covers (in its namespace)
-    and how many of them may still be disrupted (``status.disruptionsAllowed``). A nil
-    selector selects nothing; an empty one selects every pod of the namespace."""
+    and how many of them may still be disrupted (``status.disruptionsAllowed``). As in
+    kube-scheduler's preemption, a nil or empty selector matches nothing."""
 
     namespace: str
     name: str

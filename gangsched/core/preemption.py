@@ -12,13 +12,15 @@ The search is what-if placement through the ordinary gang cycle, so the preempto
 constraints (affinity, spread, ports, volumes...) decide where it fits:
 
 1. Pods already terminating, and victims promised to an earlier preemption, count as gone.
-2. Candidate units are lifted (no longer counted on their nodes) a priority level at a time,
-   lowest first, until the gang fits: the victims' highest priority is as low as it can be.
+2. Candidate units are lifted (no longer counted on their nodes) cheapest first: lowest
+   priority, fewest GPUs, youngest, those a PodDisruptionBudget protects last; in batches that
+   double, until the gang fits. A few what-if placements, however many units run.
 3. Reprieve, as kube-scheduler does for one pod: every lifted unit is put back in turn, units
-   whose eviction would break a PodDisruptionBudget first, then higher priority first, then
-   more GPUs first, then older first; a unit stays back if the gang still fits. What is left
-   lifted is the victim set: no unit in it can be spared, fewest of the highest priority,
-   fewest GPUs, youngest victims.
+   whose eviction would break a budget first, then higher priority first; a unit stays back if
+   the gang still fits. Done twice, keeping larger units first (fewest GPUs taken) and smaller
+   ones first (fewest victim gangs); the better victim set wins: fewest breaking a budget, the
+   lowest highest priority, fewest units of that priority, fewest GPUs, youngest. No unit in
+   it can be spared.
 
 Everything lifted is restored before ``plan`` returns; the caller assumes the preemptor's
 placements over the victims (the nodes are over-committed in the accounting until the victims
@@ -34,7 +36,7 @@ from gangsched.core.cache import ClusterCache
 from gangsched.core.cycle import GangCycle
 from gangsched.core.gang import Gang, Holdings
 from gangsched.core.labels import selector_matches
-from gangsched.core.model import DisruptionBudget, GangMode, Pod, PodAffinity
+from gangsched.core.model import DisruptionBudget, GangMode, LabelSelector, Pod, PodAffinity
 from gangsched.core.resources import GPU
 
 __all__ = ["Plan", "Preemptor", "Unit", "gang_priority"]
@@ -168,14 +170,44 @@ class Preemptor:
         placements: dict[str, str],
         keep_first: Callable[[Unit], tuple[float, ...]] | None,
     ) -> tuple[list[Unit], dict[str, str]]:
-        """Put back every unit the gang can do without, most valuable first."""
-        cache = self._cache
+        """Put back every unit the gang can do without, most valuable first. For preemption,
+        two orders are tried, keeping larger units first (fewest GPUs taken) and smaller ones
+        first (fewest victim gangs), and the better victim set wins: fewest units breaking a
+        disruption budget, then the lowest highest priority, fewest units of that priority,
+        fewest GPUs, youngest."""
         if keep_first is not None:
             order = sorted(chosen, key=lambda u: (*keep_first(u), u.gang, u.uids))
-        else:
-            order = sorted(chosen, key=lambda u: (-u.priority, -u.gpus, u.created, u.gang, u.uids))
-            breaking = self._breaking_budgets(order)
-            order.sort(key=lambda u: u.uids not in breaking)  # stable: budgets first
+            return self._put_back(gang, h, order, placements)
+        big = sorted(chosen, key=lambda u: (-u.priority, -u.gpus, u.created, u.gang, u.uids))
+        breaking = self._breaking_budgets(big)
+        big.sort(key=lambda u: u.uids not in breaking)  # stable: budgets first
+        small = sorted(chosen, key=lambda u: (-u.priority, u.gpus, u.created, u.gang, u.uids))
+        small.sort(key=lambda u: u.uids not in breaking)
+        first = self._put_back(gang, h, big, placements)
+        if len(chosen) < 2:
+            return first
+        for u in chosen:  # lifted again, as before the first try
+            for uid in u.uids:
+                self._cache.lift(uid)
+        second = self._put_back(gang, h, small, placements)
+
+        def cost(victims: list[Unit]) -> tuple[float, ...]:
+            top = max((u.priority for u in victims), default=0)
+            return (
+                sum(1 for u in victims if u.uids in breaking),
+                top,
+                sum(1 for u in victims if u.priority == top),
+                sum(u.gpus for u in victims),
+                -min((u.created for u in victims), default=0.0),
+            )
+
+        # (``plan`` restores every pod it lifted whichever wins: only the answers matter.)
+        return first if cost(first[0]) <= cost(second[0]) else second
+
+    def _put_back(
+        self, gang: Gang, h: Holdings, order: list[Unit], placements: dict[str, str]
+    ) -> tuple[list[Unit], dict[str, str]]:
+        cache = self._cache
         # A unit with no pod on the nodes the gang now uses leaves that placement as it is,
         # unless pods constrain each other across nodes (affinity, spread): no trial needed.
         loose = not any(p.spread or p.pod_affinity != _NO_AFFINITY for p in h.pending)
@@ -280,20 +312,29 @@ class Preemptor:
     # ---- disruption budgets -------------------------------------------------------------
     def _breaking_budgets(self, order: list[Unit]) -> set[tuple[str, ...]]:
         """Units whose eviction would take a PodDisruptionBudget below what it allows, given
-        the units before them in ``order`` are evicted too (kube-scheduler's count)."""
-        if not self._budgets:
+        the units before them in ``order`` are evicted too. kube-scheduler's count: a pod
+        without labels breaks nothing; a budget with an empty selector matches nothing; a pod
+        counts against each budget it matches until one is exceeded."""
+        budgets = [b for b in self._budgets.values() if not _empty(b.selector)]
+        if not budgets:
             return set()
-        allowed = {k: b.allowed for k, b in self._budgets.items()}
+        allowed = [b.allowed for b in budgets]
         out: set[tuple[str, ...]] = set()
         for u in order:
             for pod in u.pods:
-                for k, b in self._budgets.items():
-                    if (
-                        b.namespace == pod.namespace
-                        and b.selector is not None
-                        and selector_matches(b.selector, pod.labels)
-                    ):
-                        allowed[k] -= 1
-                        if allowed[k] < 0:
-                            out.add(u.uids)
+                if not pod.labels:
+                    continue
+                for i, b in enumerate(budgets):
+                    if b.namespace != pod.namespace:
+                        continue
+                    if not selector_matches(b.selector, pod.labels):
+                        continue
+                    allowed[i] -= 1
+                    if allowed[i] < 0:
+                        out.add(u.uids)
+                        break
         return out
+
+
+def _empty(selector: LabelSelector | None) -> bool:
+    return selector is None or not (selector.match_labels or selector.match_expressions)

@@ -287,3 +287,34 @@ def test_nothing_to_gain_means_no_preemption() -> None:
     assert not preempts(h.run()), "two 8-GPU pods never fit one 8-GPU node"
     assert node_load(h) == {"n0": 4}
     assert h.s.cache.nodes["n0"].requested.get(GPU, 0) == 4
+
+
+def test_a_budget_with_an_empty_selector_protects_nothing_as_in_kube_scheduler() -> None:
+    h = full_cluster(nodes=2)
+    h.gang("ml/old", 1, created=1.0)
+    h.add(*members("ml/old", 1, gpus=8, priority=0, created=1.0))
+    h.gang("ml/young", 1, created=2.0)
+    h.add(*members("ml/young", 1, gpus=8, priority=0, created=2.0))
+    h.run()
+    for p in list(h.s.cache.pods.values()):
+        h.s.pod_upsert(replace(p, labels={"app": "x"}))
+    h.s.budget_upsert(DisruptionBudget("ml", "all", LabelSelector(), 0))
+    h.gang("ml/high", 1)
+    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    [d] = preempts(h.run())
+    assert [v.gang for v in d.victims] == ["ml/young"], "the youngest, as without a budget"
+
+
+def test_fewest_victim_gangs_before_fewest_gpus() -> None:
+    h = full_cluster(nodes=2)
+    run_gang(h, "ml/whole", 1, 8, 0)  # one gang, a whole node
+    h.gang("ml/a", 1)
+    h.add(*members("ml/a", 1, gpus=4, priority=0))
+    h.gang("ml/b", 1)
+    h.add(*members("ml/b", 1, gpus=4, priority=0))
+    h.run()
+    assert sorted(node_load(h).values()) == [8, 8]
+    h.gang("ml/high", 1)
+    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    [d] = preempts(h.run())
+    assert [v.gang for v in d.victims] == ["ml/whole"], "one gang rather than two"
