@@ -87,7 +87,7 @@ class Settings(BaseModel):
     # A full cluster: whole-gang preemption, reservations
     preemption: bool = True
     preemption_hold_seconds: float = Field(120.0, gt=0, le=86400)
-    reservation_after_seconds: float | None = Field(60.0, gt=0, le=86400)
+    reservation_after_seconds: float | None = Field(60.0, ge=0, le=86400)
     # Placement
     nodes_to_score: int = Field(100, ge=1, le=100_000)
     filters: list[str] = Field(default_factory=lambda: list(CoreConfig().filters), min_length=1)

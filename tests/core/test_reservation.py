@@ -131,3 +131,13 @@ def test_the_reservation_goes_with_its_gang() -> None:
     assert h.s.reserve.current is not None
     h.s.gang_delete("ml/big")
     assert h.s.reserve.current is None
+
+
+def test_zero_gives_the_reservation_to_the_queue_head_at_its_first_failure() -> None:
+    h = cluster(after=0.0)
+    fill_with_small(h, 4)
+    h.gang("ml/big", 2)
+    h.add(*members("ml/big", 2, gpus=8, priority=0))
+    h.run()
+    r = h.s.reserve.current
+    assert r is not None and r.gang == "ml/big"
