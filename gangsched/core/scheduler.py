@@ -487,9 +487,11 @@ class Scheduler:
         if attempt.failed:
             if attempt.reason == "Unschedulable":
                 preempt = self._preempt(gang, h, attempt.message)
-                if preempt is not None:
+                if isinstance(preempt, Preempt):
                     out.append(preempt)
                     return out
+                if preempt:  # why preemption did not help, as kube-scheduler says it
+                    attempt.message += f"; preemption: {preempt}"
                 self._reserve(gang, h)
             message = attempt.message
             r = self.reserve.current
@@ -826,25 +828,28 @@ class Scheduler:
             gang.attempts = 0  # bound: the backoff starts afresh
         return out
 
-    def _preempt(self, gang: Gang, h: Holdings, why: str) -> Preempt | None:
+    def _preempt(self, gang: Gang, h: Holdings, why: str) -> Preempt | str:
         """The gang failed for want of capacity: evict lower-priority gangs for it, if that
         lets it fit (core/preemption.py). The placements are assumed at once (over the
         victims, so no one else takes what they free) and held at Permit until the victims
-        are gone or ``preemption_hold_seconds`` pass."""
+        are gone or ``preemption_hold_seconds`` pass. Otherwise, why not when pods of lower
+        priority run (else '')."""
         spec = gang.spec
-        if (
-            not self.config.preemption
-            or spec is None
-            or not spec.preempt
-            or gang.key in self.permit
-            or not h.pending
-            or any(p.preemption_policy == "Never" for p in h.pending)
-        ):
-            return None
+        if not self.config.preemption or spec is None or gang.key in self.permit or not h.pending:
+            return ""
         priority = gang_priority(h.pending)
+        if not any(p < priority for p in self.cache.counted_priorities):
+            return ""
+        if not spec.preempt:
+            return "not eligible due to the PodGroup's preemptionPolicy=Never"
+        if any(p.preemption_policy == "Never" for p in h.pending):
+            return "not eligible due to preemptionPolicy=Never"
         plan = self.preemptor.plan(gang, h, priority, self.awaited_by.keys())
         if plan is None:
-            return None
+            return (
+                f"no running pods of lower priority (below {priority}) whose eviction would "
+                "make room for the whole gang"
+            )
         for uid, node in plan.placements.items():
             self.cache.assume(uid, node)
         now = self.clock.now()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import Decision, GangTimedOut, Preempt
+from gangsched.core.decisions import Decision, GangTimedOut, GangUnschedulable, Preempt
 from gangsched.core.model import DisruptionBudget, GangMode, LabelSelector, PodPhase
 from gangsched.core.resources import GPU
 from tests.core.test_scheduler import (
@@ -318,3 +318,23 @@ def test_fewest_victim_gangs_before_fewest_gpus() -> None:
     h.add(*members("ml/high", 1, gpus=8, priority=100))
     [d] = preempts(h.run())
     assert [v.gang for v in d.victims] == ["ml/whole"], "one gang rather than two"
+
+
+def test_the_message_says_why_preemption_did_not_help() -> None:
+    h = full_cluster(nodes=1)
+    run_gang(h, "ml/low", 1, 8, 0)
+    h.gang("ml/polite", 1)
+    h.add(*members("ml/polite", 1, gpus=8, priority=100, preemption_policy="Never"))
+    out = h.run()
+    [u] = [d for d in out if isinstance(d, GangUnschedulable) and d.gang == "ml/polite"]
+    assert "preemption: not eligible due to preemptionPolicy=Never" in u.message
+    h.gang("ml/huge", 2)
+    h.add(*members("ml/huge", 2, gpus=8, priority=100))
+    out = h.run()
+    view = h.s.view("ml/huge")
+    assert view is not None and "preemption: no running pods of lower priority" in view.message
+    h.gang("ml/peer", 1)
+    h.add(*members("ml/peer", 1, gpus=8, priority=0))
+    h.run()
+    view = h.s.view("ml/peer")
+    assert view is not None and "preemption" not in view.message, "nothing runs below it"
