@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from gangsched.core.decisions import PodRef
 from gangsched.kube import labels as lbl
@@ -21,7 +21,9 @@ from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError
 from gangsched.kube.events import rfc3339
 
-__all__ = ["Written", "delete_options", "pod_path", "post_pod_event", "retried"]
+__all__ = ["Written", "all_of", "delete_options", "pod_path", "post_pod_event", "retried"]
+
+T = TypeVar("T")
 
 REPORTING_CONTROLLER = f"{lbl.GROUP}/gangsched"  # as the reporter's events say
 
@@ -31,6 +33,18 @@ class Written(StrEnum):
     GONE = "gone"  # 404: the pod is already deleted
     REPLACED = "replaced"  # the write found another pod under the name: left alone
     FAILED = "failed"  # not retriable, or still failing after the retries
+
+
+async def all_of(writes: Iterable[Awaitable[T]]) -> list[T]:
+    """Run writes concurrently and let every one finish; then their results, or the first
+    exception (a fence that said no) once none is left half-done."""
+    outcomes = await asyncio.gather(*writes, return_exceptions=True)
+    results: list[T] = []
+    for o in outcomes:
+        if isinstance(o, BaseException):
+            raise o
+        results.append(o)
+    return results
 
 
 def pod_path(pod: PodRef) -> str:

@@ -35,7 +35,6 @@ never went.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,6 +49,7 @@ from gangsched.kube.client import JSON, ApiError, FenceCheck, FencedError, backg
 from gangsched.kube.events import rfc3339
 from gangsched.kube.podwrites import (
     Written,
+    all_of,
     delete_options,
     pod_path,
     post_pod_event,
@@ -157,23 +157,9 @@ class Preemptor:
     async def _preempt(self, d: Preempt) -> PreemptResult:
         if self._fence is not None and not self._fence():
             raise FencedError("DELETE", d.gang)
-        nominated = await asyncio.gather(
-            *(self.nominate(b) for b in d.nominations), return_exceptions=True
-        )
-        done = 0
-        for n in nominated:
-            if isinstance(n, BaseException):
-                raise n
-            done += n
+        done = sum(await all_of(self.nominate(b) for b in d.nominations))
         who = preemptor_name(d)
-        outcomes = await asyncio.gather(
-            *(self._evict(v, d, who) for v in d.victims), return_exceptions=True
-        )
-        results: list[VictimResult] = []
-        for o in outcomes:
-            if isinstance(o, BaseException):
-                raise o
-            results.append(o)
+        results = await all_of(self._evict(v, d, who) for v in d.victims)
         log.info(
             "preempted",
             gang=d.gang,

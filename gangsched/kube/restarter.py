@@ -18,7 +18,6 @@ commits the decision and carries the leader's fence, as bindings do.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -27,7 +26,14 @@ import structlog
 from gangsched.core.decisions import MemberLoss, PodRef
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import ApiError, FenceCheck, FencedError, background_lane
-from gangsched.kube.podwrites import Written, delete_options, pod_path, post_pod_event, retried
+from gangsched.kube.podwrites import (
+    Written,
+    all_of,
+    delete_options,
+    pod_path,
+    post_pod_event,
+    retried,
+)
 
 __all__ = ["EVENT_REASON", "LOST_REASON", "Deleted", "GangRestarter", "RestartResult"]
 
@@ -75,14 +81,7 @@ class GangRestarter:
         (having deleted nothing more) when no longer sure to lead."""
         if self._fence is not None and not self._fence():
             raise FencedError("DELETE", d.gang)
-        outcomes = await asyncio.gather(
-            *(self._delete(p, d) for p in d.restart), return_exceptions=True
-        )
-        results: list[RestartResult] = []
-        for o in outcomes:
-            if isinstance(o, BaseException):
-                raise o
-            results.append(o)
+        results = await all_of(self._delete(p, d) for p in d.restart)
         log.info(
             "restarting gang",
             gang=d.gang,
