@@ -31,6 +31,9 @@ class PodRef:
 class Binding:
     pod: PodRef
     node: str
+    # The GPU devices (indexes) the pod's shares were placed on, for pods that ask through
+    # the sharing convention (recorded in the pod by the adapter); empty otherwise.
+    devices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gangsched.core.gpu import GpuDemand, GpuDevice, gpu_demand, node_devices
 from gangsched.core.resources import ResourceList
 
 __all__ = [
@@ -197,6 +198,13 @@ class Node:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    # The node's GPU devices; derived from ``allocatable`` and the GPU feature discovery
+    # labels when not given (core/gpu.py).
+    gpus: tuple[GpuDevice, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus is None:
+            self.gpus = node_devices(self.allocatable, self.labels)
 
     def static_signature(self) -> tuple[object, ...]:
         """What node filters depend on besides resources."""
@@ -237,6 +245,25 @@ class Pod:
     preemption_policy: str = "PreemptLowerPriority"
     # status.nominatedNodeName as last read (set by a preemption that is waiting for its victims).
     nominated_node: str = ""
+    # The devices this pod's GPUs were recorded on (Koordinator's device-allocated
+    # annotation), by index; empty when none is recorded.
+    gpu_devices: tuple[int, ...] = ()
+    # What the pod asks of GPU devices; always derived from ``requests`` (core/gpu.py). A
+    # request that cannot be honoured sets ``invalid_reason``.
+    gpu: GpuDemand | None = field(default=None, init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.derive_gpu()
+
+    def derive_gpu(self) -> None:
+        """Set ``gpu`` from ``requests``; call it again after changing ``requests``."""
+        self.gpu = None
+        demand = gpu_demand(self.requests)
+        if isinstance(demand, str):
+            if not self.invalid_reason:
+                self.invalid_reason = demand
+        else:
+            self.gpu = demand
 
     @property
     def key(self) -> str:

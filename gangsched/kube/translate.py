@@ -762,6 +762,7 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
 
     def resources() -> None:
         pod.requests = _requests(spec, status)
+        pod.derive_gpu()
         priority = spec.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise SpecError(f"spec.priority: expected an integer, got {_shown(priority)}")
