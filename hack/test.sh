@@ -2,9 +2,10 @@
 # The project's one test command: installs what it needs, then runs every check and test.
 #   bash hack/test.sh            everything (lint, types, import contracts, unit, property, e2e)
 #   bash hack/test.sh -k gang    extra arguments go to pytest
-# End-to-end tests need kube-apiserver, etcd, kubectl and kwok: hack/control-plane.sh builds
-# them from Go modules once (about 6 minutes on 2 cores) and caches them by version; the chart
-# checks need helm: hack/helm.sh builds it the same way (2 to 4 minutes).
+# End-to-end tests need kube-apiserver, etcd, kubectl, kwok, kube-scheduler and
+# kube-controller-manager: hack/control-plane.sh builds them from Go modules once (about 10 minutes
+# on 2 cores) and caches them by version; the chart checks need helm: hack/helm.sh builds it
+# the same way (2 to 4 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

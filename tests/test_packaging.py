@@ -172,7 +172,14 @@ def _fake_binaries(root: Path, k8s: str, etcd: str, kwok: str) -> Path:
     """A control-plane cache as hack/control-plane.sh leaves it (stand-ins, not binaries)."""
     out = root / f"{k8s}-{etcd}-{kwok}"
     out.mkdir(parents=True)
-    for name in ("kube-apiserver", "kubectl", "kube-scheduler", "etcd", "kwok"):
+    for name in (
+        "kube-apiserver",
+        "kubectl",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "etcd",
+        "kwok",
+    ):
         path = out / name
         path.write_text("#!/bin/sh\nexit 0\n")
         path.chmod(0o755)

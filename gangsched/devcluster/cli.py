@@ -1,8 +1,9 @@
 """``gangsched dev-cluster up|down|status``: a local cluster for trying gangsched by hand.
 
 ``up`` starts a detached supervisor process that owns the control plane (etcd, kube-apiserver,
-kwok), applies the PodGroup CRD (shipped in this package: ``crds/``, a copy of the
-repository's) and creates fake GPU nodes, then prints the kubeconfig path on its last line.
+kwok, and with ``--controller-manager`` kube-controller-manager), applies the PodGroup CRD
+(shipped in this package: ``crds/``, a copy of the repository's) and creates fake GPU nodes,
+then prints the kubeconfig path on its last line.
 ``down`` stops the supervisor, which stops everything it started. Nothing here depends on a
 repository checkout: the build script and the CRD are package data.
 """
@@ -72,6 +73,7 @@ def _up(args: argparse.Namespace) -> int:
         str(args.cpu),
         "--memory",
         args.memory,
+        *(["--controller-manager"] if args.controller_manager else []),
     ]
     proc = subprocess.Popen(
         cmd,
@@ -143,6 +145,8 @@ def _supervise(args: argparse.Namespace) -> int:
     with ControlPlane() as cp:
         cp.apply(CRDS)
         cp.start_kwok()
+        if args.controller_manager:
+            cp.start_controller_manager()
         for i in range(args.nodes):
             cp.add_fake_node(f"gpu-node-{i}", args.cpu, args.memory, args.gpus_per_node)
         (state / "state.json").write_text(
@@ -171,6 +175,12 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             p.add_argument("--cpu", default="64")
             p.add_argument("--memory", default="512Gi")
             p.add_argument("--timeout", type=float, default=3600.0)
+            p.add_argument(
+                "--controller-manager",
+                action="store_true",
+                help="also run kube-controller-manager (Job, StatefulSet, ReplicaSet "
+                "controllers, garbage collector), so those workloads create their pods",
+            )
         p.set_defaults(func=fn)
 
 

@@ -2,10 +2,13 @@
 # Build (once) and cache the binaries of a test Kubernetes control plane from Go modules (the
 # package data of gangsched.devcluster, so an installed wheel has it; hack/control-plane.sh in a
 # checkout runs it):
-#   kube-apiserver + kubectl + kube-scheduler (k8s.io/kubernetes, one go build; kube-scheduler is
-#   the reference the differential tests compare gangsched against), etcd (go.etcd.io/etcd/server/v3),
-#   kwok (sigs.k8s.io/kwok) and a kwok stages file (node-initialize, pod-ready, pod-complete,
-#   pod-delete) taken from the kwok module.
+#   kube-apiserver + kubectl + kube-scheduler + kube-controller-manager (k8s.io/kubernetes, one go
+#   build: they share their modules and most packages; kube-scheduler is the reference the
+#   differential tests compare gangsched against, kube-controller-manager runs the Job, StatefulSet
+#   and ReplicaSet controllers for the tests whose pods come from them), etcd
+#   (go.etcd.io/etcd/server/v3), kwok (sigs.k8s.io/kwok) and a kwok stages file (node-initialize,
+#   pod-ready, pod-complete, pod-delete) taken from the kwok module; pod-complete finishes the
+#   Running pods that a Job owns, so Jobs complete.
 #
 # Output: ${GANGSCHED_CP_CACHE:-$HOME/.cache/gangsched/control-plane}/<k8s>-<etcd>-<kwok>/
 # The output directory is printed as the last line of stdout; all progress goes to stderr.
@@ -73,7 +76,7 @@ newest_cached_dir() {
   [[ -n "$best" ]] && printf '%s\n' "$best"
 }
 
-BINARIES=(kube-apiserver kubectl kube-scheduler etcd kwok)
+BINARIES=(kube-apiserver kubectl kube-scheduler kube-controller-manager etcd kwok)
 
 complete_dir() {
   local d="$1" b
@@ -139,6 +142,7 @@ link_out_dir() {
   done
   ln -sfn "$VERSION_DIR/kwok" "$OUT_DIR/kwok"
   ln -sfn "$VERSION_DIR/kube-scheduler" "$OUT_DIR/kube-scheduler"
+  ln -sfn "$VERSION_DIR/kube-controller-manager" "$OUT_DIR/kube-controller-manager"
   ln -sfn "$VERSION_DIR/kwok-stages.yaml" "$OUT_DIR/kwok-stages.yaml"
 }
 
@@ -177,13 +181,14 @@ timed() {
   if ((SECONDS > start)); then log "  $1 done in $((SECONDS - start))s"; fi
 }
 
-# --- kube-apiserver + kubectl -----------------------------------------------------------------
+# --- kube-apiserver + kubectl + kube-scheduler + kube-controller-manager (one go build) -------
 
 build_k8s() {
   local targets=() t
   need kube-apiserver && targets+=(kube-apiserver)
   need kubectl && targets+=(kubectl)
   need kube-scheduler && targets+=(kube-scheduler)
+  need kube-controller-manager && targets+=(kube-controller-manager)
   ((${#targets[@]} > 0)) || return 0
   log "building ${targets[*]} from k8s.io/kubernetes@$K8S_VERSION"
 
@@ -224,6 +229,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 )
 EOF
     log "  go mod tidy"

@@ -1,4 +1,5 @@
-"""Launch etcd + kube-apiserver (+ kwok) as local processes for end-to-end tests.
+"""Launch etcd + kube-apiserver (+ kwok, + kube-controller-manager) as local processes for
+end-to-end tests.
 
 Everything lives in one temporary directory; ports are free loopback ports picked per run. No
 asyncio and no Kubernetes client: processes via :mod:`subprocess`, checks via the kubectl binary.
@@ -7,6 +8,7 @@ asyncio and no Kubernetes client: processes via :mod:`subprocess`, checks via th
         cp.start_kwok()
         cp.add_fake_node("gpu-0", cpu=8, memory="64Gi", gpus=4)
         cp.kubectl("get", "nodes")
+        cp.start_controller_manager()  # optional: Jobs, StatefulSets, ReplicaSets make pods
 
 Binaries are looked up in this order: the ``bin_dir`` argument, ``$GANGSCHED_CP_BIN``, else
 the build script that ships in this package, ``control-plane.sh`` (which builds them from Go
@@ -38,6 +40,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
+
+from gangsched.devcluster import controllermanager
 
 log = logging.getLogger(__name__)
 
@@ -384,8 +388,9 @@ def fake_node(
 class ControlPlane:
     """etcd + kube-apiserver (and optionally kwok) in a temporary directory.
 
-    Without kube-controller-manager: no ServiceAccounts, no garbage collection, namespaces never
-    finish deleting (give each test its own namespace), Jobs/ReplicaSets create no pods.
+    Without kube-controller-manager (the default): no ServiceAccounts, no garbage collection,
+    namespaces never finish deleting (give each test its own namespace), Jobs, StatefulSets and
+    ReplicaSets create no pods; :meth:`start_controller_manager` adds the controllers asked for.
     Binding pods (``pods/binding`` or ``spec.nodeName``) works, and kwok then runs them.
     """
 
@@ -480,7 +485,8 @@ class ControlPlane:
         return f"http://{_LOOPBACK}:{self._etcd_port}"
 
     def log_path(self, name: str) -> Path:
-        """Log file of a process: ``etcd``, ``kube-apiserver`` or ``kwok``."""
+        """Log file of a process: ``etcd``, ``kube-apiserver``, ``kwok`` or
+        ``kube-controller-manager``."""
         return self.workdir / "logs" / f"{name}.log"
 
     @property
@@ -559,11 +565,12 @@ class ControlPlane:
             raise
 
     def stop(self) -> None:
-        """Stop kwok, kube-apiserver and etcd and remove the temporary directory.
+        """Stop kube-controller-manager, kwok, kube-apiserver and etcd and remove the temporary
+        directory.
 
         Idempotent; also fine after a partial or failed :meth:`start`.
         """
-        for name in ("kwok", "kube-apiserver", "etcd"):
+        for name in (controllermanager.BINARY, "kwok", "kube-apiserver", "etcd"):
             proc = self._procs.pop(name, None)
             if proc is not None:
                 _terminate(proc)
@@ -781,6 +788,54 @@ class ControlPlane:
 
     def stop_kwok(self) -> None:
         proc = self._procs.pop("kwok", None)
+        if proc is not None:
+            _terminate(proc)
+
+    # ---------------------------------------------------------------- kube-controller-manager
+
+    def start_controller_manager(
+        self,
+        controllers: Sequence[str] = controllermanager.DEFAULT_CONTROLLERS,
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """Start kube-controller-manager with these controllers (upstream names, such as
+        ``job-controller``) and wait until its ``/healthz`` reports each one started.
+
+        Default: the Job, StatefulSet and ReplicaSet controllers and the garbage collector, so
+        those workloads create their pods as in a real cluster (kwok runs them once bound, and
+        finishes the pods that a Job owns). It uses the admin kubeconfig, without leader
+        election; :meth:`stop_controller_manager` stops it, :meth:`stop` too.
+        """
+        self._need(self._workdir, "kube-controller-manager")
+        binary = self.bin_dir / controllermanager.BINARY
+        if not os.access(binary, os.X_OK):
+            raise ControlPlaneError(
+                f"{binary} not found: rebuild the binaries with control-plane.sh "
+                "(it builds kube-controller-manager with kube-apiserver)"
+            )
+        port = _free_ports(1)[0]
+        self._spawn(
+            controllermanager.BINARY,
+            controllermanager.argv(
+                binary,
+                kubeconfig=self.kubeconfig,
+                cert_dir=self.workdir / "controller-manager-certs",
+                port=port,
+                controllers=controllers,
+                service_account_key=self.workdir / "pki" / "sa.key",
+                root_ca=self.ca_file,
+                extra_args=extra_args,
+            ),
+        )
+        self._wait_until(
+            controllermanager.BINARY,
+            lambda: controllermanager.controllers_healthy(port, controllers),
+            f"/healthz?verbose to list {', '.join(controllers)}",
+        )
+
+    def stop_controller_manager(self) -> None:
+        """Stop kube-controller-manager (if running); the objects it made stay."""
+        proc = self._procs.pop(controllermanager.BINARY, None)
         if proc is not None:
             _terminate(proc)
 

@@ -53,6 +53,18 @@ def control_plane() -> Iterator[ControlPlane]:
         cp.stop()
 
 
+@pytest.fixture(scope="module")
+def controller_manager(control_plane: ControlPlane) -> Iterator[ControlPlane]:
+    """kube-controller-manager (Job, StatefulSet, ReplicaSet controllers, garbage collector) on
+    the session's control plane, for the tests of one module: their pods come from the
+    controllers, as in a real cluster. Stopped when the module ends."""
+    control_plane.start_controller_manager()
+    try:
+        yield control_plane
+    finally:
+        control_plane.stop_controller_manager()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
