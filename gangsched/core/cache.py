@@ -4,8 +4,17 @@ A pod is counted on a node when it is bound there and not terminal, or when the 
 assumed it there (reserved, binding not yet confirmed by the API). Pods placed by other
 schedulers count like any other. Terminal pods free their resources.
 
-Two indexes make the hot path cheap: nodes bucketed by free GPUs (so a GPU pod looks only at
-nodes that can hold it, tightest first), and cluster-wide free totals over ready nodes
+A node's GPUs are devices (core/gpu.py): a GPU pod counted on a node takes its demand on
+particular devices, so shares of one device never exceed it and whole devices are exclusive.
+The devices are, in order: those recorded in the pod (``Pod.gpu_devices``) when they exist on
+the node and have room; else those ``device_policy`` chose when the pod was assumed (or the
+pod was last counted on); else the best fit; and when nothing fits (a pod bound by someone
+else onto full devices) the least used devices, over-committed, since the pod runs there
+anyway. A node whose devices change has its pods' devices counted again.
+
+Three indexes make the hot path cheap: nodes bucketed by whole free devices (free GPUs for a
+node without a device model) and by the largest free share of one device, so a GPU pod looks
+only at nodes that can hold it, tightest first; and cluster-wide free totals over ready nodes
 (so a hopeless gang fails in O(resources)).
 """
 
@@ -14,23 +23,30 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
+from gangsched.core.gpu import KOORD_CORE, KOORD_RATIO, MILLI, GpuDemand, NodeGpus, best_fit
 from gangsched.core.model import HostPort, Node, Pod
 from gangsched.core.podindex import PodIndex, TermIndex
 from gangsched.core.resources import GPU, ResourceList, add_into, sub_into
 from gangsched.core.volumes import VolumeCatalog
 
-__all__ = ["ClusterCache", "NodeInfo"]
+__all__ = ["ClusterCache", "DevicePolicy", "NodeInfo"]
+
+# Which devices of a node a GPU demand takes (None when it does not fit).
+DevicePolicy = Callable[[NodeGpus, GpuDemand], tuple[int, ...] | None]
 
 
 class NodeInfo:
     """A node and the requests counted on it. ``node`` is None for a node the cache has only
-    heard of through pods bound to it (its Node object has not arrived, or was deleted)."""
+    heard of through pods bound to it (its Node object has not arrived, or was deleted).
+    ``gpus`` is what each of its GPU devices has counted on it; None for a node without a
+    device model (no GPUs, or counted by its ``nvidia.com/gpu`` total alone)."""
 
-    __slots__ = ("name", "node", "pods", "ports", "requested")
+    __slots__ = ("gpus", "name", "node", "pods", "ports", "requested")
 
     def __init__(self, name: str, node: Node | None) -> None:
         self.name = name
         self.node = node
+        self.gpus: NodeGpus | None = NodeGpus(node.gpus) if node is not None and node.gpus else None
         self.requested: ResourceList = {}
         self.pods: set[str] = set()
         self.ports: dict[HostPort, int] = {}  # host ports of the pods counted here
@@ -59,12 +75,26 @@ class ClusterCache:
         self.counted_priorities: Counter[int] = Counter()
         self._counted_prio: dict[str, int] = {}
         self.assumed: dict[str, str] = {}  # pod uid -> node, reserved and not yet confirmed
-        self._gpu_buckets: dict[int, dict[str, None]] = {}  # free GPUs -> ordered node set
+        # Whole free devices (free GPUs without a device model) -> ordered node set.
+        self._gpu_buckets: dict[int, dict[str, None]] = {}
         self._bucket_of: dict[str, int] = {}
+        # The largest free milli-GPU on one device -> ordered node set (nodes with devices).
+        self._share_buckets: dict[int, dict[str, None]] = {}
+        self._share_of: dict[str, int] = {}
+        # The device choice for a pod being assumed (a placement profile may replace it).
+        self.device_policy: DevicePolicy = best_fit
+        self._devices: dict[str, tuple[tuple[int, ...], int]] = {}  # uid -> (devices, milli)
+        # uid -> (node, devices) planned at assume time or last counted: a pod counted again
+        # on the same node (restored after a what-if, confirmed by its binding) keeps them.
+        self._planned: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.total_allocatable: ResourceList = {}  # over usable (ready) nodes
         self.total_requested: ResourceList = {}  # over usable (ready) nodes
         self._total_free: ResourceList = {}  # sum over usable nodes of max(0, free) per resource
         self.static_generation = 0  # bumps when any node's non-resource attributes change
+        # Bumps whenever anything a filter reads may have changed: a node, a counted pod (or
+        # one being counted or no longer), a namespace. A pod that failed to fit at one
+        # generation fails again at the same generation (core/equivalence.py).
+        self.generation = 0
         # Counted pods by namespace and label, and their inter-pod affinity terms.
         self.pod_index = PodIndex()
         self.term_index = TermIndex()
@@ -80,6 +110,7 @@ class ClusterCache:
 
     # ---- nodes -------------------------------------------------------------------------
     def upsert_node(self, node: Node) -> None:
+        self.generation += 1
         info = self.nodes.get(node.name)
         if info is None:
             info = NodeInfo(node.name, None)
@@ -89,6 +120,10 @@ class ClusterCache:
         if old is None or old.static_signature() != node.static_signature():
             self.static_generation += 1
         info.node = node
+        devices = node.gpus or ()
+        current = info.gpus
+        if (current.devices if current is not None else ()) != devices:
+            self._recount_devices(info)
         self._total(info)
         self._reindex(info)
 
@@ -101,6 +136,7 @@ class ClusterCache:
         self._untotal(info)
         info.node = None
         self.static_generation += 1
+        self.generation += 1
         self._reindex(info)
         if not info.pods:
             del self.nodes[name]
@@ -117,9 +153,18 @@ class ClusterCache:
     def upsert_pod(self, pod: Pod) -> None:
         uid = pod.uid
         old = self.pods.get(uid)
+        if uid in self._counted_on:
+            self.generation += 1  # labels, deletion: what other pods' filters read
         self.pods[uid] = pod
         if pod.node_name:
             self.assumed.pop(uid, None)
+        if (
+            old is not None
+            and old.gpu_devices != pod.gpu_devices
+            and uid in self._devices
+            and self._devices[uid][0] != pod.gpu_devices
+        ):
+            self._count(uid, "", {})  # count it again on the devices now recorded
         self._count(uid, self._target(pod), pod.requests)
         if (
             old is not None
@@ -135,9 +180,11 @@ class ClusterCache:
 
     # ---- namespaces --------------------------------------------------------------------
     def upsert_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        self.generation += 1
         self.namespaces[name] = dict(labels)
 
     def remove_namespace(self, name: str) -> None:
+        self.generation += 1
         self.namespaces.pop(name, None)
 
     def namespace_labels(self, name: str) -> Mapping[str, str] | None:
@@ -147,11 +194,21 @@ class ClusterCache:
         self.assumed.pop(uid, None)
         self.volumes.forget(uid)
         self._count(uid, "", {})
+        self._planned.pop(uid, None)
         return self.pods.pop(uid, None)
 
     def assume(self, uid: str, node: str) -> None:
         pod = self.pods[uid]
         self.assumed[uid] = node
+        demand = pod.gpu
+        if demand is not None and self._counted_on.get(uid) != node:
+            info = self.nodes.get(node)
+            if info is not None and info.gpus is not None:
+                chosen = self.device_policy(info.gpus, demand)
+                if chosen is not None:
+                    self._planned[uid] = (node, chosen)
+                else:
+                    self._planned.pop(uid, None)
         self._count(uid, self._target(pod), pod.requests)
         if pod.volumes.claims:
             info = self.nodes.get(node)
@@ -170,6 +227,8 @@ class ClusterCache:
             self._count(uid, "", {})
         else:
             self._count(uid, self._target(pod), pod.requests)
+        if uid not in self._counted_on:
+            self._planned.pop(uid, None)
         if self.on_assumption is not None:
             self.on_assumption(uid)
 
@@ -189,20 +248,52 @@ class ClusterCache:
         """The node a pod is counted on (bound or assumed), or ''."""
         return self._counted_on.get(uid, "")
 
+    def devices_of(self, uid: str) -> tuple[int, ...]:
+        """The GPU devices (indexes) a pod is counted on, or () (not counted, no GPUs, or a
+        node without a device model)."""
+        counted = self._devices.get(uid)
+        return counted[0] if counted is not None else ()
+
     # ---- indexes -----------------------------------------------------------------------
-    def gpu_candidates(self, min_free: int) -> Iterator[NodeInfo]:
-        """Ready nodes with at least ``min_free`` free GPUs, fewest free first."""
-        for free in sorted(k for k in self._gpu_buckets if k >= min_free):
-            for name in self._gpu_buckets[free]:
-                yield self.nodes[name]
+    def gpu_candidates(
+        self, demand: GpuDemand | int, emptiest_first: bool = False
+    ) -> Iterator[NodeInfo]:
+        """Ready nodes where ``demand`` fits on devices (an int: that many whole GPUs), the
+        tightest first: fewest whole free devices for whole GPUs, smallest largest free
+        share for a share; the emptiest first with ``emptiest_first``. Nodes without a
+        device model take whole GPUs by their free ``nvidia.com/gpu``."""
+        if isinstance(demand, int):
+            demand = GpuDemand(demand, MILLI)
+        nodes = self.nodes
+        if demand.milli >= MILLI:
+            buckets = self._gpu_buckets
+            keys = sorted((k for k in buckets if k >= demand.count), reverse=emptiest_first)
+            for free in keys:
+                for name in buckets[free]:
+                    yield nodes[name]
+            return
+        buckets = self._share_buckets
+        keys = sorted((k for k in buckets if k >= demand.milli), reverse=emptiest_first)
+        single = demand.count <= 1
+        for largest in keys:
+            for name in buckets[largest]:
+                info = nodes[name]
+                if single or (info.gpus is not None and info.gpus.fits(demand)):
+                    yield info
 
     def gpu_bucket_sizes(self) -> dict[int, int]:
         return {k: len(v) for k, v in self._gpu_buckets.items()}
 
+    def share_bucket_sizes(self) -> dict[int, int]:
+        return {k: len(v) for k, v in self._share_buckets.items()}
+
     def cluster_free(self, resource: str) -> int:
         """Free ``resource`` summed over Ready nodes, each node counting what it has left and
         never less than nothing: a node whose pods hold more than it now offers (allocatable
-        shrank under running pods) hides no capacity of the others."""
+        shrank under running pods) hides no capacity of the others. On a node with devices,
+        free ``nvidia.com/gpu`` is at most its whole free devices (shares occupy devices) and
+        free ``koordinator.sh/gpu-core``/``gpu-memory-ratio`` at most its free milli-GPUs / 10:
+        both stay upper bounds of what fits, so a check against them never refuses what fits."""
         return self._total_free.get(resource, 0)
 
     # ---- internals ---------------------------------------------------------------------
@@ -210,10 +301,14 @@ class ClusterCache:
         current = self._counted_on.get(uid, "")
         if current == target and (not target or self._counted_req.get(uid) == requests):
             return
+        self.generation += 1
         if current:
             info = self.nodes[current]
             self._untotal(info)
             sub_into(info.requested, self._counted_req.pop(uid))
+            counted = self._devices.pop(uid, None)
+            if counted is not None and info.gpus is not None:
+                info.gpus.give(counted[0], counted[1])
             info.pods.discard(uid)
             del self._counted_on[uid]
             prio = self._counted_prio.pop(uid, None)
@@ -251,6 +346,10 @@ class ClusterCache:
             self._counted_req[uid] = req
             pod = self.pods.get(uid)
             if pod is not None:
+                if info.gpus is not None:
+                    demand = _demand_of(pod)
+                    if demand is not None:
+                        self._take_devices(uid, pod, info, info.gpus, demand)
                 self._counted_prio[uid] = pod.priority
                 self.counted_priorities[pod.priority] += 1
                 self.pod_index.add(pod)
@@ -264,37 +363,169 @@ class ClusterCache:
             self._total(info)
             self._reindex(info)
 
+    def _take_devices(
+        self, uid: str, pod: Pod, info: NodeInfo, gpus: NodeGpus, demand: GpuDemand
+    ) -> None:
+        """Count ``demand`` on devices of ``info``: the recorded ones, else the planned ones
+        (those it was last counted on, for a pod bound there even if others are counted on
+        them now), else the best fit, else (over-committed from outside) the least used."""
+        milli = demand.milli if demand.milli < MILLI else MILLI
+        devices = pod.gpu_devices
+        if not devices or not _room(gpus, devices, demand.count, milli):
+            planned = self._planned.get(uid)
+            if (
+                planned is not None
+                and planned[0] == info.name
+                # A pod running there keeps its devices whatever else is counted on them
+                # (a preemptor assumed over it, until it goes).
+                and _room(gpus, planned[1], demand.count, milli, pod.node_name != info.name)
+            ):
+                devices = planned[1]
+            else:
+                chosen = best_fit(gpus, demand)
+                devices = chosen if chosen is not None else _least_used(gpus, demand.count)
+        gpus.take(devices, milli)
+        self._devices[uid] = (devices, milli)
+        self._planned[uid] = (info.name, devices)
+
+    def _recount_devices(self, info: NodeInfo) -> None:
+        """A node's devices changed: count its pods again on the new devices, those with
+        devices recorded that still exist first, then those planned on devices that still
+        exist (running pods before assumed ones), then the rest."""
+        for uid in info.pods:
+            self._devices.pop(uid, None)
+        node = info.node
+        if node is None or not node.gpus:
+            info.gpus = None
+            return
+        gpus = info.gpus = NodeGpus(node.gpus)
+        pods = self.pods
+        order: list[tuple[int, str]] = []
+        for uid in info.pods:
+            pod = pods.get(uid)
+            if pod is None or _demand_of(pod) is None:
+                continue
+            planned = self._planned.get(uid)
+            n = len(gpus.used)
+            if pod.gpu_devices and all(0 <= i < n for i in pod.gpu_devices):
+                rank = 0
+            elif planned and planned[0] == info.name and all(0 <= i < n for i in planned[1]):
+                rank = 1 if pod.node_name == info.name else 2
+            else:
+                rank = 3
+            order.append((rank, uid))
+        for _, uid in sorted(order):
+            pod = pods[uid]
+            demand = _demand_of(pod)
+            assert demand is not None
+            self._take_devices(uid, pod, info, gpus, demand)
+
     def _untotal(self, info: NodeInfo) -> None:
         if info.usable and info.node is not None:
             sub_into(self.total_allocatable, info.node.allocatable)
             sub_into(self.total_requested, info.requested)
-            sub_into(self._total_free, _free_of(info.node.allocatable, info.requested))
+            sub_into(self._total_free, _free_of(info))
 
     def _total(self, info: NodeInfo) -> None:
         if info.usable and info.node is not None:
             add_into(self.total_allocatable, info.node.allocatable)
             add_into(self.total_requested, info.requested)
-            add_into(self._total_free, _free_of(info.node.allocatable, info.requested))
+            add_into(self._total_free, _free_of(info))
 
     def _reindex(self, info: NodeInfo) -> None:
-        old = self._bucket_of.pop(info.name, None)
+        name = info.name
+        old = self._bucket_of.pop(name, None)
         if old is not None:
             bucket = self._gpu_buckets[old]
-            del bucket[info.name]
+            del bucket[name]
             if not bucket:
                 del self._gpu_buckets[old]
-        if info.usable and info.allocatable(GPU) > 0:
+        old = self._share_of.pop(name, None)
+        if old is not None:
+            bucket = self._share_buckets[old]
+            del bucket[name]
+            if not bucket:
+                del self._share_buckets[old]
+        if not info.usable:
+            return
+        gpus = info.gpus
+        if gpus is not None:
+            used = gpus.used
+            free = used.count(0)
+            largest = MILLI - min(used)
+            if largest > 0:
+                self._share_buckets.setdefault(largest, {})[name] = None
+                self._share_of[name] = largest
+        elif info.allocatable(GPU) > 0:
             free = info.free(GPU)
-            if free > 0:
-                self._gpu_buckets.setdefault(free, {})[info.name] = None
-                self._bucket_of[info.name] = free
+        else:
+            return
+        if free > 0:
+            self._gpu_buckets.setdefault(free, {})[name] = None
+            self._bucket_of[name] = free
 
 
-def _free_of(allocatable: Mapping[str, int], requested: Mapping[str, int]) -> ResourceList:
-    """What a node has left per resource, never negative."""
+def _demand_of(pod: Pod) -> GpuDemand | None:
+    """What a pod takes on devices: its GPU demand, or for a pod whose request could not be
+    honoured (counted because it runs anyway), its whole ``nvidia.com/gpu``."""
+    demand = pod.gpu
+    if demand is None:
+        whole = pod.requests.get(GPU, 0)
+        if whole > 0:
+            return GpuDemand(whole, MILLI)
+    return demand
+
+
+def _room(
+    gpus: NodeGpus, devices: tuple[int, ...], count: int, milli: int, free: bool = True
+) -> bool:
+    """``devices`` are ``count`` devices of ``gpus``; distinct, with ``milli`` free on each,
+    when ``free``."""
+    if len(devices) != count:
+        return False
+    used = gpus.used
+    n = len(used)
+    limit = MILLI - milli if free else 1 << 62
+    for i in devices:
+        if not 0 <= i < n or used[i] > limit:
+            return False
+    return count < 2 or not free or len(set(devices)) == count
+
+
+def _least_used(gpus: NodeGpus, count: int) -> tuple[int, ...]:
+    """``count`` devices, each the least used once the previous ones are taken (a device
+    repeats when the node has fewer): where a pod that fits nowhere is counted."""
+    used = list(gpus.used)
+    out: list[int] = []
+    for _ in range(count):
+        i = min(range(len(used)), key=lambda d: (used[d], d))
+        used[i] += MILLI
+        out.append(i)
+    return tuple(sorted(out))
+
+
+def _free_of(info: NodeInfo) -> ResourceList:
+    """What a node has left per resource, never negative; GPUs bounded by its devices."""
+    assert info.node is not None
+    requested = info.requested
     out: ResourceList = {}
-    for k, v in allocatable.items():
+    for k, v in info.node.allocatable.items():
         left = v - requested.get(k, 0)
         if left > 0:
             out[k] = left
+    gpus = info.gpus
+    if gpus is not None:
+        whole = gpus.used.count(0)
+        if out.get(GPU, 0) > whole:
+            if whole:
+                out[GPU] = whole
+            else:
+                del out[GPU]
+        percent = gpus.free_total() // 10
+        for k in (KOORD_CORE, KOORD_RATIO):
+            if out.get(k, 0) > percent:
+                if percent:
+                    out[k] = percent
+                else:
+                    del out[k]
     return out

@@ -33,6 +33,9 @@ class CoreConfig:
     nodes_to_score: int = 100
     filters: tuple[str, ...] = field(default_factory=_default_filters)
     score_weights: dict[str, int] = field(default_factory=_default_weights)
+    # The order GPU pods walk candidate nodes in: "tightest" (fewest free devices first,
+    # packing) or "emptiest" (most free first, spreading).
+    gpu_candidate_order: str = "tightest"
     plugin_settings: PluginSettings = field(default_factory=PluginSettings)
     # Whole-gang preemption of gangs of strictly lower priority.
     preemption: bool = True

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from gangsched.core.cache import ClusterCache, NodeInfo
+from gangsched.core.gpu import MODEL_LABEL
 from gangsched.core.model import GangSpec, Pod, SpreadConstraint
 
 __all__ = [
@@ -100,6 +101,10 @@ class PluginSettings:
     hard_pod_affinity_weight: int = 1
     # PodTopologySpread: constraints for pods that set none of their own (off when empty).
     default_spread_constraints: tuple[SpreadConstraint, ...] = ()
+    # FragmentationGradient: how many recent GPU pods the mix of request classes holds.
+    gpu_request_window: int = 1000
+    # The node label that gives the GPU model (pods constrain it through node affinity).
+    gpu_model_label: str = MODEL_LABEL
 
 
 @dataclass(frozen=True, slots=True)

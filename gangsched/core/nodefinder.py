@@ -1,7 +1,8 @@
 """Finding the best node for one pod: filter, then score.
 
-Candidates come from the cache's indexes: a pod asking for GPUs walks only nodes with enough
-free GPUs, tightest first; any other pod walks all nodes from a rotating start. Static filter
+Candidates come from the cache's indexes: a pod asking for GPUs walks only nodes where its
+demand fits on devices, tightest first (emptiest first when the placement profile spreads);
+any other pod walks all nodes from a rotating start. Static filter
 verdicts (labels, taints, flags) are cached per (Placement, node) until a node changes, so the
 members of a gang, which share one Placement, pay for them once. As in kube-scheduler, the
 search stops after ``nodes_to_score`` feasible nodes and the best of those wins; ties go to the
@@ -29,9 +30,11 @@ from gangsched.core.framework import (
     Status,
 )
 from gangsched.core.model import Placement, Pod
-from gangsched.core.resources import GPU
 
 __all__ = ["NodeFinder"]
+
+# Filters whose verdict the cache's GPU candidates already guarantee (cache.gpu_candidates).
+_ANSWERED_BY_GPU_INDEX = frozenset({"GPUDevices"})
 
 
 class NodeFinder:
@@ -41,8 +44,10 @@ class NodeFinder:
         filters: Sequence[FilterPlugin | PreFilterPlugin],
         scorers: Sequence[tuple[ScorePlugin | NormalizingScorePlugin, int]],
         nodes_to_score: int = 100,
+        emptiest_first: bool = False,
     ) -> None:
         self._cache = cache
+        self._emptiest_first = emptiest_first
         self._filter_names = frozenset(f.name for f in filters)
         self._prefilters: list[PreFilterPlugin] = []
         self._static: list[FilterPlugin] = []
@@ -54,6 +59,8 @@ class NodeFinder:
                 self._static.append(f)
             else:
                 self._dynamic.append(f)
+        self._indexed: list[FilterPlugin] = []
+        self._sync_indexed()
         self._scorers: list[tuple[ScorePlugin, int]] = []
         self._normalizing: list[tuple[NormalizingScorePlugin, int]] = []
         for sc, w in scorers:
@@ -68,15 +75,78 @@ class NodeFinder:
         self._generation = -1
         self._order: list[str] = []
         self._next_start = 0
+        self._searches = 0
+        self._finds = 0
 
     def add_filter(self, f: FilterPlugin) -> None:
         """A filter the scheduler itself owns (not a configurable plugin), run last."""
         if f not in self._dynamic:
             self._dynamic.append(f)
+            self._sync_indexed()
 
     def remove_filter(self, f: FilterPlugin) -> None:
         if f in self._dynamic:
             self._dynamic.remove(f)
+            self._sync_indexed()
+
+    def _sync_indexed(self) -> None:
+        """The dynamic filters a GPU pod's candidates still need: the cache's GPU index
+        yields only nodes where the pod's GPUs fit on devices, so GPUDevices would pass."""
+        self._indexed = [f for f in self._dynamic if f.name not in _ANSWERED_BY_GPU_INDEX]
+
+    @property
+    def searches(self) -> int:
+        """How many searches have walked the nodes from the rotating start (those for pods
+        without GPUs or a node name); each moves the start by one."""
+        return self._searches
+
+    def rotate(self, searches: int) -> None:
+        """Move the rotating start as ``searches`` more such searches would have: a failure
+        shared by an equivalent pod (core/equivalence.py) stands for its searches, so the
+        placements that follow are the ones they would have been."""
+        self._refresh()
+        n = len(self._order)
+        if searches <= 0 or n == 0:
+            return
+        self._next_start = (self._next_start + searches - 1) % n + 1
+        self._searches += searches
+
+    def fits_nowhere(self, pod: Pod) -> bool:
+        """No node could take ``pod`` even with nothing else on it: each node refuses it on a
+        static filter (node name, labels, taints, the cordon) or has less allocatable of some
+        resource than the pod requests. Evicting pods cannot help such a pod (kube-scheduler
+        calls this UnschedulableAndUnresolvable on every node). Walks the nodes once, with the
+        static verdicts cached per placement."""
+        self._refresh()
+        verdicts = self._verdicts.setdefault(pod.placement, {})
+        requests = pod.requests.items()
+        nodes = self._cache.nodes
+        for name in self._order:
+            info = nodes.get(name)
+            if info is None or info.node is None:
+                continue
+            if not self._static_verdict(pod, info, verdicts).ok:
+                continue
+            allocatable = info.node.allocatable
+            if all(allocatable.get(r, 0) >= amount for r, amount in requests):
+                return False
+        return True
+
+    @property
+    def finds(self) -> int:
+        """How many times ``find`` ran."""
+        return self._finds
+
+    def observe(self, pod: Pod) -> None:
+        """Show ``pod`` to the scorers as ``find`` would before walking the nodes (PreFilter,
+        then PreScore), without the search: scorers that learn from the pods they are shown
+        (the fragmentation score's mix of requests) see a pod whose failure an equivalent pod
+        shared (core/equivalence.py) as they would have."""
+        state = CycleState()
+        _, failed = self._pre_filter(pod, state)
+        if failed is None:
+            for plugin, _ in self._normalizing:
+                plugin.pre_score(pod, state)
 
     def unhonoured(self, pod: Pod) -> str:
         """The first field of ``pod`` whose filter the configuration left out, named with the
@@ -108,6 +178,7 @@ class NodeFinder:
     # ---- the hot path ------------------------------------------------------------------
     def find(self, pod: Pod) -> NodeInfo | None:
         """The best feasible node for ``pod`` in the cache as it stands, or None."""
+        self._finds += 1
         self._refresh()
         verdicts = self._verdicts.setdefault(pod.placement, {})
         state = CycleState()
@@ -121,8 +192,11 @@ class NodeFinder:
         best_score = -1.0
         found = 0
         feasible: list[tuple[NodeInfo, float]] = []
+        dynamic = (
+            self._indexed if pod.gpu is not None and not pod.placement.node_name else self._dynamic
+        )
         for info in self._candidates(pod):
-            if not self._feasible(pod, info, verdicts):
+            if not self._feasible(pod, info, verdicts, dynamic):
                 continue
             if stateful and not all(f.filter_with(pod, info, state).ok for f in stateful):
                 continue
@@ -202,13 +276,19 @@ class NodeFinder:
         return f"0/{total} nodes are available: {parts}."
 
     # ---- internals ---------------------------------------------------------------------
-    def _feasible(self, pod: Pod, info: NodeInfo, verdicts: dict[str, Status]) -> bool:
+    def _feasible(
+        self,
+        pod: Pod,
+        info: NodeInfo,
+        verdicts: dict[str, Status],
+        dynamic: list[FilterPlugin] | None = None,
+    ) -> bool:
         status = verdicts.get(info.name)
         if status is None:
             status = self._static_verdict(pod, info, verdicts)
         if not status.ok:
             return False
-        for f in self._dynamic:  # noqa: SIM110 - a plain loop is faster on the hot path
+        for f in self._dynamic if dynamic is None else dynamic:  # noqa: SIM110 - a plain loop is faster on the hot path
             if not f.filter(pod, info).ok:
                 return False
         return True
@@ -230,9 +310,9 @@ class NodeFinder:
         if wanted:
             info = self._cache.nodes.get(wanted)
             return (info,) if info is not None and info.node is not None else ()
-        gpus = pod.requests.get(GPU, 0)
-        if gpus > 0:
-            return self._cache.gpu_candidates(gpus)
+        demand = pod.gpu
+        if demand is not None:
+            return self._cache.gpu_candidates(demand, self._emptiest_first)
         return self._rotating()
 
     def _rotating(self) -> Iterable[NodeInfo]:
@@ -242,6 +322,7 @@ class NodeFinder:
             return
         start = self._next_start % n
         self._next_start = start + 1
+        self._searches += 1
         nodes = self._cache.nodes
         for i in range(n):
             info = nodes.get(order[(start + i) % n])

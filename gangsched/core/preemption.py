@@ -37,7 +37,6 @@ from gangsched.core.cycle import GangCycle
 from gangsched.core.gang import Gang, Holdings
 from gangsched.core.labels import selector_matches
 from gangsched.core.model import DisruptionBudget, GangMode, LabelSelector, Pod, PodAffinity
-from gangsched.core.resources import GPU
 
 __all__ = ["Plan", "Preemptor", "Unit", "gang_priority"]
 
@@ -51,7 +50,7 @@ class Unit:
     gang: str
     pods: tuple[Pod, ...]
     priority: int  # the highest among its pods
-    gpus: int
+    gpus: int  # milli-GPUs its pods ask for (1000 per whole GPU)
     created: float  # the youngest member's creation time
 
     @property
@@ -79,7 +78,7 @@ def _unit(gang: str, pods: list[Pod]) -> Unit:
         gang,
         tuple(sorted(pods, key=lambda p: p.uid)),
         max(p.priority for p in pods),
-        sum(p.requests.get(GPU, 0) for p in pods),
+        sum(p.gpu.total for p in pods if p.gpu is not None),
         max(p.created for p in pods),
     )
 

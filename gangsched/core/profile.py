@@ -1,8 +1,13 @@
-"""Builds the filter and score pipeline named by the configuration."""
+"""Builds the filter and score pipeline named by the configuration, and the placement
+profiles (binpack, fgd, spread) that name its default scorers."""
 
 from __future__ import annotations
 
-from gangsched.core.cache import ClusterCache
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gangsched.core import gpu
+from gangsched.core.cache import ClusterCache, DevicePolicy
 from gangsched.core.config import CoreConfig
 from gangsched.core.framework import (
     FilterPlugin,
@@ -13,9 +18,45 @@ from gangsched.core.framework import (
     ScorePlugin,
 )
 from gangsched.core.nodefinder import NodeFinder
-from gangsched.core.plugins import FILTERS, SCORERS
+from gangsched.core.plugins import DEFAULT_SCORE_WEIGHTS, FILTERS, SCORERS
 
-__all__ = ["UnknownPluginError", "build_finder"]
+__all__ = ["PLACEMENT_PROFILES", "PlacementProfile", "UnknownPluginError", "build_finder"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementProfile:
+    """The scorers and weights a placement profile uses (unless ``scoreWeights`` is given),
+    and the order GPU candidates are walked in ("tightest" or "emptiest" first)."""
+
+    name: str
+    score_weights: Mapping[str, int]
+    gpu_candidate_order: str = "tightest"
+
+
+# The scorers every profile keeps: the pod's own preferences and the gang's task topology.
+_PREFERENCES = {
+    "InterPodAffinity": 2,
+    "NodeAffinity": 2,
+    "PodTopologySpread": 2,
+    "TaintToleration": 1,
+    "TaskTopology": 20,
+}
+
+PLACEMENT_PROFILES: dict[str, PlacementProfile] = {
+    # Pack GPU pods onto the fullest nodes and devices (best fit).
+    "binpack": PlacementProfile("binpack", DEFAULT_SCORE_WEIGHTS),
+    # Fragmentation gradient descent: place each pod where it least raises the expected
+    # fragmentation of the recent mix of GPU requests; CPU-only pods avoid free GPUs.
+    "fgd": PlacementProfile(
+        "fgd", {"FragmentationGradient": 10, "AvoidFreeGPUs": 2, **_PREFERENCES}
+    ),
+    # Spread GPU pods: the emptiest nodes and devices first.
+    "spread": PlacementProfile(
+        "spread",
+        {"GPUSpread": 10, "AvoidFreeGPUs": 2, "LeastAllocated": 1, **_PREFERENCES},
+        gpu_candidate_order="emptiest",
+    ),
+}
 
 
 class UnknownPluginError(ValueError):
@@ -38,4 +79,25 @@ def build_finder(cache: ClusterCache, config: CoreConfig, gangs: GangLookup) -> 
         if weight < 0:
             raise UnknownPluginError(f"scoreWeights.{name}: weight must be >= 0, got {weight}")
         scorers.append((SCORERS[name](ctx), weight))
-    return NodeFinder(cache, filters, scorers, nodes_to_score=config.nodes_to_score)
+    _install_device_policy(cache, scorers)
+    return NodeFinder(
+        cache,
+        filters,
+        scorers,
+        nodes_to_score=config.nodes_to_score,
+        emptiest_first=config.gpu_candidate_order == "emptiest",
+    )
+
+
+def _install_device_policy(
+    cache: ClusterCache, scorers: list[tuple[ScorePlugin | NormalizingScorePlugin, int]]
+) -> None:
+    """The device choice of the enabled scorer that has one (the highest weight wins), so the
+    devices a pod gets are the ones its score assumed; best fit when none has."""
+    policy: DevicePolicy = gpu.best_fit
+    best = 0
+    for plugin, weight in scorers:
+        choose = getattr(plugin, "device_policy", None)
+        if choose is not None and weight > best:
+            policy, best = choose, weight
+    cache.device_policy = policy

@@ -37,7 +37,9 @@ from gangsched.core.decisions import (
     Preempt,
     Victim,
 )
+from gangsched.core.equivalence import Failure, FailureMemo, PodClass, pod_class
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending, shortfall
+from gangsched.core.gpu import MILLI
 from gangsched.core.lifecycle import Lifecycle
 from gangsched.core.model import DisruptionBudget, GangMode, GangSpec, Node, Pod
 from gangsched.core.nodefinder import NodeFinder
@@ -47,7 +49,7 @@ from gangsched.core.preemption import Preemptor, Unit, gang_priority
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
 from gangsched.core.reservation import Reservation, ReservationFilter, need_by_node
-from gangsched.core.resources import ResourceList, add_into, format_amount
+from gangsched.core.resources import GPU, ResourceList, add_into, format_amount
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
 from gangsched.core.tally import GroupTally, MemberState
 from gangsched.core.volumes import (
@@ -119,7 +121,7 @@ class Gauges:
 
 class Scheduler:
     """The facade. Adapters call the event methods, ``schedule_one``/``tick``, and read
-    through the read methods (``view``, ``group_status``, ``holdings``, ``pod``,
+    through the read methods (``view``, ``group_status``, ``holdings``, ``pod``, ``node``,
     ``group_size``, ``gauges``, ``volumes``, ``next_wakeup``) and ``config`` and ``clock``
     (what it was built with); everything else is internal."""
 
@@ -166,6 +168,8 @@ class Scheduler:
         self.cycles = 0
         # Gangs that ran and lost members (core/lifecycle.py).
         self.lifecycle = Lifecycle(self.cache, clock, lambda uid: uid in self.awaited_by)
+        # Failures shared by pods of one equivalence class (core/equivalence.py).
+        self.failures = FailureMemo()
 
     # ---- events: nodes -----------------------------------------------------------------
     def node_upsert(self, node: Node) -> None:
@@ -201,9 +205,11 @@ class Scheduler:
     def budget_upsert(self, budget: DisruptionBudget) -> None:
         """A PodDisruptionBudget: preemption spares the pods it protects where it can."""
         self.budgets[(budget.namespace, budget.name)] = budget
+        self.failures.clear()  # what preemption may evict changed
 
     def budget_delete(self, namespace: str, name: str) -> None:
         self.budgets.pop((namespace, name), None)
+        self.failures.clear()
 
     # ---- events: storage ---------------------------------------------------------------
     # PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes decide where
@@ -481,10 +487,23 @@ class Scheduler:
             out.append(GangUnschedulable(key, refs, "Unschedulable", waiting))
             return out
         self.reserve.begin_cycle()
+        cls = self._class_of(gang, h)
+        if cls is not None:
+            replayed = self._replay_failure(gang, h, cls)
+            if replayed is not None:
+                out.append(replayed)
+                return out
+        # What a failure of a pod of a class is remembered with (core/equivalence.py): the
+        # cache generation it failed on, and what its searches moved in the finder.
+        searches, generation = self.finder.searches, self.cache.generation
+        finds = self.finder.finds
         attempt = self.cycle.run(gang, h)
         if attempt.reason not in _NOT_ATTEMPTED and gang.schedule_start is None:
             gang.schedule_start = self.clock.now()
         if attempt.failed:
+            reservation = self.reserve.current
+            reserve_due = False
+            searched, found = self.finder.searches, self.finder.finds
             if attempt.reason == "Unschedulable":
                 preempt = self._preempt(gang, h, attempt.message)
                 if isinstance(preempt, Preempt):
@@ -492,7 +511,10 @@ class Scheduler:
                     return out
                 if preempt:  # why preemption did not help, as kube-scheduler says it
                     attempt.message += f"; preemption: {preempt}"
-                self._reserve(gang, h)
+                searched, found = self.finder.searches, self.finder.finds
+                reserve_due = self._reserve_due(gang, h)
+                if reserve_due:
+                    self._reserve(gang, h)
             message = attempt.message
             r = self.reserve.current
             if r is not None and r.gang == key:
@@ -507,9 +529,72 @@ class Scheduler:
                     key, tuple(_ref(p) for p in h.pending), attempt.reason, attempt.message
                 )
             )
+            if (
+                cls is not None
+                and attempt.reason == "Unschedulable"
+                and attempt.wake is Wake.CLUSTER
+                and self.reserve.current is reservation
+            ):
+                # A failed attempt leaves the cache as it found it (rolled back, what-ifs
+                # restored): the next pod of the class fails the same way until it changes.
+                reserved = self.finder.searches - searched if reserve_due else None
+                failure = Failure(
+                    attempt.reason,
+                    attempt.message,
+                    searched - searches,
+                    reserved,
+                    observed=found > finds,
+                    reserve_observed=self.finder.finds > found,
+                )
+                self.failures.put(cls, generation, self.cache.generation, reservation, failure)
             return out
         out.extend(self._permit(gang, attempt))
         return out
+
+    def _fits_nowhere(self, pending: list[Pod]) -> bool:
+        """No pending member could be placed on any node even with nothing else on it
+        (``NodeFinder.fits_nowhere``): a search for victims, or for a reservation, would find
+        nothing, so neither runs (a pod that asks more than any node has costs one walk over
+        the nodes, not a what-if placement per lifted batch)."""
+        return all(self.finder.fits_nowhere(p) for p in pending)
+
+    def _class_of(self, gang: Gang, h: Holdings) -> PodClass | None:
+        """The equivalence class of a plain pod whose failure may be shared with the other
+        pods of its class (core/equivalence.py), or None. Not for a gang of several pods, nor
+        for a pod that holds anything (a reservation, capacity at Permit, victims awaited)."""
+        if not gang.plain or len(h.pending) != 1 or h.held or gang.key in self.permit:
+            return None
+        if gang.key in self.awaiting:
+            return None
+        r = self.reserve.current
+        if r is not None and r.gang == gang.key:
+            return None
+        labelled = len(self.cache.term_index) > 0 or bool(
+            self.config.plugin_settings.default_spread_constraints
+        )
+        return pod_class(h.pending[0], labelled)
+
+    def _replay_failure(self, gang: Gang, h: Holdings, cls: PodClass) -> Decision | None:
+        """A pod of the same class failed on the cache as it stands (and under the same
+        reservation): this one fails the same way, with the same status and message, without
+        a search, a diagnosis, or a what-if for preemption. None when there is no such
+        failure, or when this gang is due a search for a reservation that the remembered
+        failure did not run."""
+        failure = self.failures.get(cls, self.cache.generation, self.reserve.current)
+        if failure is None:
+            return None
+        if gang.schedule_start is None:
+            gang.schedule_start = self.clock.now()  # as the attempt it stands for would
+        due = self._reserve_due(gang, h)
+        if due and failure.reserve_searches is None:
+            return None
+        self.finder.rotate(failure.searches + ((failure.reserve_searches or 0) if due else 0))
+        if failure.observed or (due and failure.reserve_observed):
+            self.finder.observe(h.pending[0])
+        self.failures.hits += 1
+        self._fail(gang, failure.reason, failure.message, Wake.CLUSTER)
+        refs = tuple(_ref(p) for p in h.pending)
+        return GangUnschedulable(gang.key, refs, failure.reason, failure.message)
 
     def run_until_idle(self, max_cycles: int = 1_000_000) -> list[Decision]:
         out: list[Decision] = []
@@ -587,6 +672,30 @@ class Scheduler:
     def pod(self, uid: str) -> Pod | None:
         """The pod as last given to ``pod_upsert``; None once deleted (or never seen)."""
         return self.cache.pods.get(uid)
+
+    def node(self, name: str) -> Node | None:
+        """The node as last given to ``node_upsert``; None once deleted (or never seen)."""
+        info = self.cache.nodes.get(name)
+        return info.node if info is not None else None
+
+    def gpu_usage(self) -> tuple[int, int]:
+        """(GPUs on ready nodes, milli-GPUs counted on them): each device counts what its
+        pods' shares and whole GPUs take, at most 1000 (a device over-committed by pods
+        bound elsewhere counts full); a node without a device model counts its
+        ``nvidia.com/gpu``. Walks every node: for a metrics scrape, not for a hot path."""
+        devices = milli = 0
+        for info in self.cache.nodes.values():
+            if not info.usable:
+                continue
+            gpus = info.gpus
+            if gpus is not None:
+                devices += len(gpus.used)
+                milli += sum(min(u, MILLI) for u in gpus.used)
+            else:
+                total = info.allocatable(GPU)
+                devices += total
+                milli += min(info.requested.get(GPU, 0), total) * MILLI
+        return devices, milli
 
     def group_size(self, key: str) -> int:
         """How many pods name group ``key``, whatever their scheduler."""
@@ -844,14 +953,23 @@ class Scheduler:
             return "not eligible due to the PodGroup's preemptionPolicy=Never"
         if any(p.preemption_policy == "Never" for p in h.pending):
             return "not eligible due to preemptionPolicy=Never"
-        plan = self.preemptor.plan(gang, h, priority, self.awaited_by.keys())
+        plan = None
+        if not self._fits_nowhere(h.pending):
+            plan = self.preemptor.plan(gang, h, priority, self.awaited_by.keys())
         if plan is None:
             return (
                 f"no running pods of lower priority (below {priority}) whose eviction would "
                 "make room for the whole gang"
             )
+        # Assumed with the victims lifted, so the placements take the devices the victims
+        # free; the victims are counted again on their own devices until they are gone.
+        going = [uid for u in plan.victims for uid in u.uids] + list(plan.awaited)
+        for uid in going:
+            self.cache.lift(uid)
         for uid, node in plan.placements.items():
             self.cache.assume(uid, node)
+        for uid in going:
+            self.cache.restore(uid)
         now = self.clock.now()
         deadline = now + self.config.preemption_hold_seconds
         self.permit.wait(gang.key, dict(plan.placements), deadline)
@@ -898,17 +1016,14 @@ class Scheduler:
         )
         return Preempt(gang.key, priority, nominations, victims, deadline, message)
 
-    def _reserve(self, gang: Gang, h: Holdings) -> None:
-        """The gang failed for want of capacity. Once it has waited long enough, and no gang
-        before it in queue order holds the reservation, reserve the nodes where it will fit
-        soonest (core/reservation.py), or refresh its reservation."""
+    def _reserve_due(self, gang: Gang, h: Holdings) -> bool:
+        """The gang failed for want of capacity: has it waited long enough for a reservation,
+        with no gang before it in queue order holding the reservation?"""
         after = self.config.reservation_after_seconds
-        spec = gang.spec
-        if after is None or spec is None or gang.schedule_start is None or not h.pending:
-            return
-        now = self.clock.now()
-        if now - gang.schedule_start < after:
-            return
+        if after is None or gang.spec is None or gang.schedule_start is None or not h.pending:
+            return False
+        if self.clock.now() - gang.schedule_start < after:
+            return False
         current = self.reserve.current
         if current is not None and current.gang != gang.key:
             holder = self.gangs.get(current.gang)
@@ -918,7 +1033,18 @@ class Scheduler:
                 and holder.tally.queued
                 and self._sort_key(holder) <= self._sort_key(gang)
             ):
-                return  # the holder comes first
+                return False  # the holder comes first
+        return True
+
+    def _reserve(self, gang: Gang, h: Holdings) -> None:
+        """The gang failed for want of capacity and is due a reservation (``_reserve_due``):
+        reserve the nodes where it will fit soonest (core/reservation.py), or refresh its
+        reservation."""
+        now = self.clock.now()
+        start = gang.schedule_start
+        if start is None or self._fits_nowhere(h.pending):
+            return  # (no eviction could make room: the search would find nothing)
+        current = self.reserve.current
         priority = gang_priority(h.pending)
         runtimes: dict[str, float | None] = {}
 
@@ -949,7 +1075,7 @@ class Scheduler:
         )
         since = current.since if current is not None and current.gang == gang.key else now
         awaited = sum(len(u.pods) for u in plan.victims)
-        waited = now - gang.schedule_start
+        waited = now - start
         self.reserve.current = Reservation(
             gang.key,
             priority,
@@ -999,7 +1125,9 @@ class Scheduler:
         gang.reason, gang.message = "Binding", f"binding {len(reserved)} pod(s)"
         pods = self.cache.pods
         bindings = tuple(
-            Binding(_ref(pods[uid]), node) for uid, node in sorted(reserved.items()) if uid in pods
+            Binding(_ref(pods[uid]), node, self.cache.devices_of(uid))
+            for uid, node in sorted(reserved.items())
+            if uid in pods
         )
         volumes = self.cache.volumes.prebind(uid for uid in sorted(reserved) if uid in pods)
         return BindGang(gang.key, bindings, volumes)

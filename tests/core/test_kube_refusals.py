@@ -17,6 +17,7 @@ from gangsched.core.decisions import PodRef
 from gangsched.core.scheduler import Scheduler
 from gangsched.core.status import GroupStatus
 from gangsched.kube.membership import Source
+from gangsched.kube.outbox import Outbox
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.translate import podgroup_from
@@ -30,6 +31,7 @@ class RecordingReporter:
         self.groups: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[str, str, str]] = []
         self.dropped = 0
+        self.outbox = Outbox()  # where the upstream PodGroup condition writer queues
 
     def unschedulable(self, pod: PodRef, reason: str, message: str) -> None:
         self.unschedulable_calls.append((pod.name, reason, message))

@@ -760,6 +760,7 @@ def test_default_filters_order() -> None:
         "TaintToleration",
         "NodeAffinity",
         "NodeResourcesFit",
+        "GPUDevices",
         "NodePorts",
         "VolumeRestrictions",
         "NodeVolumeLimits",
@@ -800,7 +801,7 @@ def test_filter_factories(name: str) -> None:
         if pre.ok:
             assert plugin.filter_with(pod, node, state).ok
         return
-    assert plugin.static is (name != "NodeResourcesFit")
+    assert plugin.static is (name not in ("NodeResourcesFit", "GPUDevices"))
     assert plugin.filter(pod, node).ok
 
 

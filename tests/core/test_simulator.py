@@ -41,8 +41,8 @@ def test_deadlock_example_every_gang_binds() -> None:
     assert result.partial_gangs == set()
     assert result.overcommitted_nodes == set()
     assert all(j.started is not None for j in result.jobs)
-    # Never more than the 16 GPUs of the two nodes allocated at once.
-    assert max(used for _, used, _, _ in result.timeline) <= 16
+    # Never more than the 16 GPUs of the two nodes allocated at once (in milli-GPUs).
+    assert max(used for _, used, _, _ in result.timeline) == 16_000
 
 
 def test_deadlock_example_is_deterministic() -> None:

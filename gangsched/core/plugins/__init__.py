@@ -12,7 +12,11 @@ from gangsched.core.framework import (
     PreFilterPlugin,
     ScorePlugin,
 )
+from gangsched.core.plugins.avoid_free_gpus import AvoidFreeGPUs
+from gangsched.core.plugins.fgd import FragmentationGradient
 from gangsched.core.plugins.gpu_binpack import GPUBinPack
+from gangsched.core.plugins.gpu_devices import GPUDevices
+from gangsched.core.plugins.gpu_spread import GPUSpread
 from gangsched.core.plugins.inter_pod_affinity import InterPodAffinity, InterPodAffinityScore
 from gangsched.core.plugins.least_allocated import LeastAllocated
 from gangsched.core.plugins.node_affinity import NodeAffinity, NodeAffinityScore
@@ -33,7 +37,11 @@ __all__ = [
     "DEFAULT_SCORE_WEIGHTS",
     "FILTERS",
     "SCORERS",
+    "AvoidFreeGPUs",
+    "FragmentationGradient",
     "GPUBinPack",
+    "GPUDevices",
+    "GPUSpread",
     "InterPodAffinity",
     "InterPodAffinityScore",
     "LeastAllocated",
@@ -64,6 +72,7 @@ FILTERS: dict[str, FilterFactory] = {
     TaintToleration.name: lambda ctx: TaintToleration(),
     NodeAffinity.name: lambda ctx: NodeAffinity(),
     NodeResourcesFit.name: lambda ctx: NodeResourcesFit(),
+    GPUDevices.name: lambda ctx: GPUDevices(),
     NodePorts.name: lambda ctx: NodePorts(),
     PodTopologySpread.name: lambda ctx: PodTopologySpread(ctx.cache, ctx.settings),
     InterPodAffinity.name: lambda ctx: InterPodAffinity(ctx.cache),
@@ -74,7 +83,12 @@ FILTERS: dict[str, FilterFactory] = {
 }
 
 SCORERS: dict[str, ScoreFactory] = {
+    AvoidFreeGPUs.name: lambda ctx: AvoidFreeGPUs(),
+    FragmentationGradient.name: lambda ctx: FragmentationGradient(
+        ctx.cache, ctx.settings.gpu_request_window, ctx.settings.gpu_model_label
+    ),
     GPUBinPack.name: lambda ctx: GPUBinPack(),
+    GPUSpread.name: lambda ctx: GPUSpread(),
     InterPodAffinityScore.name: lambda ctx: InterPodAffinityScore(ctx.cache, ctx.settings),
     LeastAllocated.name: lambda ctx: LeastAllocated(),
     NodeAffinityScore.name: lambda ctx: NodeAffinityScore(),
@@ -91,6 +105,7 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "TaintToleration",
     "NodeAffinity",
     "NodeResourcesFit",
+    "GPUDevices",
     "NodePorts",
     # kube-scheduler's order, which decides whose PreFilter message a pod gets first.
     "VolumeRestrictions",
@@ -119,9 +134,12 @@ if TYPE_CHECKING:
         TaintToleration(),
         NodeAffinity(),
         NodeResourcesFit(),
+        GPUDevices(),
     )
     _scorers: tuple[ScorePlugin, ...] = (
+        AvoidFreeGPUs(),
         GPUBinPack(),
+        GPUSpread(),
         LeastAllocated(),
         NodeAffinityScore(),
         TaintTolerationScore(),

@@ -15,7 +15,7 @@ class LeastAllocated:
     """Scorer: for a pod without GPUs, the mean over cpu and memory of the share of the node
     left free after placing it, ``(allocatable - requested - request) / allocatable * 100``,
     each share clamped to 0..100 and resources with no allocatable skipped (0 when both are
-    skipped). GPU pods score 0 everywhere: GPUBinPack places them.
+    skipped). GPU pods (whole GPUs or a share) score 0 everywhere: GPUBinPack places them.
     """
 
     name: str = "LeastAllocated"
@@ -25,7 +25,7 @@ class LeastAllocated:
 
     def score(self, pod: Pod, node: NodeInfo) -> float:
         requests = pod.requests
-        if requests.get(self.gpu_resource, 0) > 0:
+        if pod.gpu is not None or requests.get(self.gpu_resource, 0) > 0:
             return 0.0
         n = node.node
         if n is None:
