@@ -14,6 +14,7 @@ import structlog
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.binder import Binder
 from gangsched.kube.client import KubeClient, load_configuration, user_agent
+from gangsched.kube.gpushare import DeviceRecorder, GpuLabels
 from gangsched.kube.health import HealthServer
 from gangsched.kube.leader import LeaderElector
 from gangsched.kube.metrics import Metrics
@@ -215,6 +216,8 @@ async def build_app(settings: Settings) -> App:
         retries=settings.bind_retries,
         volumes=core.volumes,
         fence=fence,
+        # the GPU devices a share was placed on, recorded in the pod as Koordinator does
+        annotations=DeviceRecorder(core.pod, core.node),
     )
     metrics = Metrics()
     service = SchedulerService(
@@ -225,6 +228,7 @@ async def build_app(settings: Settings) -> App:
         metrics,
         fence=fence,
         status_resync_seconds=settings.status_resync_seconds,
+        gpu_labels=GpuLabels(settings.gpu_model_label, settings.gpu_memory_label),
         preemptor=Preemptor(
             client,
             instance=instance,

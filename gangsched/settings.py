@@ -17,6 +17,7 @@ from gangsched.core.config import CoreConfig
 from gangsched.core.framework import PluginSettings
 from gangsched.core.model import SpreadConstraint
 from gangsched.core.plugins import FILTERS, SCORERS
+from gangsched.core.profile import PLACEMENT_PROFILES
 
 __all__ = ["ConfigError", "DefaultSpreadConstraint", "Settings", "load_settings"]
 
@@ -91,10 +92,17 @@ class Settings(BaseModel):
     # Placement
     nodes_to_score: int = Field(100, ge=1, le=100_000)
     filters: list[str] = Field(default_factory=lambda: list(CoreConfig().filters), min_length=1)
-    score_weights: dict[str, int] = Field(default_factory=lambda: dict(CoreConfig().score_weights))
+    # binpack | fgd | spread: the scorers and weights used unless scoreWeights is given.
+    placement_profile: Literal["binpack", "fgd", "spread"] = "binpack"
+    score_weights: dict[str, int] | None = None  # None: the placement profile's
+    # FragmentationGradient: how many recent GPU pods the mix of request classes holds.
+    gpu_request_window: int = Field(1000, ge=1, le=1_000_000)
     # Plugin arguments (kube-scheduler's pluginConfig)
     hard_pod_affinity_weight: int = Field(1, ge=0, le=100)
     default_spread_constraints: list[DefaultSpreadConstraint] = Field(default_factory=list)
+    # GPU devices: the node labels that give a node's GPU model and per-device memory (MiB)
+    gpu_model_label: str = Field("nvidia.com/gpu.product", min_length=1, max_length=316)
+    gpu_memory_label: str = Field("nvidia.com/gpu.memory", min_length=1, max_length=316)
     # API client
     api_qps: float = Field(50.0, ge=0)
     api_burst: int = Field(100, ge=1)
@@ -132,11 +140,12 @@ class Settings(BaseModel):
         unknown = [f for f in self.filters if f not in FILTERS]
         if unknown:
             raise ValueError(f"filters: unknown plugin(s) {unknown}; known: {sorted(FILTERS)}")
-        bad = [s for s in self.score_weights if s not in SCORERS]
+        weights = self.score_weights or {}
+        bad = [s for s in weights if s not in SCORERS]
         if bad:
             known = sorted(SCORERS)
             raise ValueError(f"scoreWeights: unknown plugin(s) {bad}; known: {known}")
-        if any(w < 0 for w in self.score_weights.values()):
+        if any(w < 0 for w in weights.values()):
             raise ValueError("scoreWeights: weights must be >= 0")
         seen: set[tuple[str, str]] = set()
         for i, c in enumerate(self.default_spread_constraints):
@@ -150,6 +159,8 @@ class Settings(BaseModel):
         return self
 
     def core(self) -> CoreConfig:
+        profile = PLACEMENT_PROFILES[self.placement_profile]
+        weights = profile.score_weights if self.score_weights is None else self.score_weights
         return CoreConfig(
             scheduler_name=self.scheduler_name,
             default_schedule_timeout_seconds=self.default_schedule_timeout_seconds,
@@ -162,10 +173,13 @@ class Settings(BaseModel):
             reservation_after_seconds=self.reservation_after_seconds,
             nodes_to_score=self.nodes_to_score,
             filters=tuple(self.filters),
-            score_weights=dict(self.score_weights),
+            score_weights=dict(weights),
+            gpu_candidate_order=profile.gpu_candidate_order,
             plugin_settings=PluginSettings(
                 hard_pod_affinity_weight=self.hard_pod_affinity_weight,
                 default_spread_constraints=tuple(c.core() for c in self.default_spread_constraints),
+                gpu_request_window=self.gpu_request_window,
+                gpu_model_label=self.gpu_model_label,
             ),
         )
 

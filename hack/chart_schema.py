@@ -56,7 +56,10 @@ def config_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     defs = model.pop("$defs", {})
     props = model["properties"]
     props["filters"]["items"] = {"type": "string", "enum": sorted(FILTERS)}
-    props["scoreWeights"]["propertyNames"] = {"enum": sorted(SCORERS)}
+    # null (the placement profile's weights) or a mapping of known scorers.
+    for option in props["scoreWeights"]["anyOf"]:
+        if option.get("type") == "object":
+            option["propertyNames"] = {"enum": sorted(SCORERS)}
     # The chart fills an empty leaseNamespace in with the release's namespace.
     props["leaseNamespace"] = {
         "type": "string",

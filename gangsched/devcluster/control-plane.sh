@@ -13,6 +13,12 @@
 # Output: ${GANGSCHED_CP_CACHE:-$HOME/.cache/gangsched/control-plane}/<k8s>-<etcd>-<kwok>/
 # The output directory is printed as the last line of stdout; all progress goes to stderr.
 #
+# Usage: control-plane.sh [VERSION]   VERSION: a Kubernetes release (1.37.2, v1.36.3) or a series
+#   (1.37: its newest release); the same as GANGSCHED_K8S_VERSION / GANGSCHED_K8S_SERIES, which
+#   it overrides. Default: the newest 1.36 release. Each version is cached on its own, so tests
+#   pick one with GANGSCHED_CP_BIN=$(control-plane.sh 1.37). The dev control plane turns on what
+#   the version needs for the upstream gang API (gangsched/devcluster/featuregates.py).
+#
 # Environment:
 #   GANGSCHED_CP_CACHE       cache root (default ~/.cache/gangsched/control-plane)
 #   GANGSCHED_K8S_VERSION    exact k8s.io/kubernetes version (default: newest v${K8S_SERIES}.x)
@@ -28,6 +34,15 @@ set -euo pipefail
 
 log() { printf '[control-plane] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+if (($# > 1)); then die "usage: $0 [VERSION]"; fi
+if (($# == 1)); then
+  case "$1" in
+    v[0-9]*.[0-9]*.[0-9]* | [0-9]*.[0-9]*.[0-9]*) GANGSCHED_K8S_VERSION="v${1#v}" ;;
+    v[0-9]*.[0-9]* | [0-9]*.[0-9]*) GANGSCHED_K8S_SERIES="${1#v}"; GANGSCHED_K8S_VERSION="" ;;
+    *) die "not a Kubernetes version or series: $1 (try 1.36, 1.37 or v1.36.3)" ;;
+  esac
+fi
 
 CACHE_ROOT="${GANGSCHED_CP_CACHE:-$HOME/.cache/gangsched/control-plane}"
 K8S_SERIES="${GANGSCHED_K8S_SERIES:-1.36}"

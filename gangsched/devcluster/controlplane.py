@@ -41,7 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from gangsched.devcluster import controllermanager
+from gangsched.devcluster import controllermanager, featuregates
 
 log = logging.getLogger(__name__)
 
@@ -677,6 +677,10 @@ class ControlPlane:
             # Otherwise SIGTERM waits on open watches (kwok's, a scheduler's) for a minute.
             "--shutdown-watch-termination-grace-period=1s",
             *self._audit_args(),
+            # the upstream gang API (scheduling.k8s.io Workload, PodGroup): its gates and version
+            *featuregates.apiserver_args(
+                featuregates.server_version(self.bin_dir / "kube-apiserver")
+            ),
             *self.extra_apiserver_args,
         ]
 

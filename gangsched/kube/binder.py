@@ -29,6 +29,11 @@ With leader election every write that commits a decision (the bindings and the P
 carries the elector's fence: a replica no longer sure it leads sends none of them. A fenced
 gang is not reported as failed (nothing would retry it here: the process is on its way out),
 and nothing more of it is sent.
+
+A binding can carry annotations (``annotations``, a function of the binding): kube-apiserver
+writes them onto the pod in the same write that binds it. The GPU devices a share of a GPU was
+placed on go out this way (Koordinator's ``device-allocated``, see gpushare.py), so no pod is
+ever seen bound without its devices.
 """
 
 from __future__ import annotations
@@ -76,8 +81,10 @@ class Binder:
         volume_bind_timeout: float = 600.0,
         volume_poll: float = 0.25,
         fence: FenceCheck | None = None,
+        annotations: Callable[[Binding], Mapping[str, str]] | None = None,
     ) -> None:
         self._client = client
+        self._annotations = annotations
         self._fence = fence
         self._on_failure = on_failure
         self._retries = retries
@@ -131,10 +138,14 @@ class Binder:
     async def bind_one(self, b: Binding) -> BindResult:
         pod = b.pod
         path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/binding"
+        meta: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+        annotations = self._annotations(b) if self._annotations is not None else {}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": b.node},
         }
         delay = self._delay

@@ -14,9 +14,12 @@ different gangs through different conventions is refused (it gets an event and s
    ``pod-group.scheduling.sigs.k8s.io/min-available`` (the same, as released scheduler-plugins
    versions spell them);
 5. Koordinator: annotations ``gang.scheduling.koordinator.sh/{name,min-available,
-   waiting-time,total-number,mode,groups}``.
+   waiting-time,total-number,mode,groups}``;
+6. upstream (``scheduling.k8s.io``, Kubernetes 1.36+): the pod spec's
+   ``schedulingGroup.podGroupName`` (PodGroup ``scheduling.k8s.io/v1alpha2`` or ``v1beta1``,
+   read when the API server serves it; see ``workloadapi.py``).
 
-Conventions 1-3 name a PodGroup object; the others carry the gang's spec on the pod itself
+Conventions 1-3 and 6 name a PodGroup object; the others carry the gang's spec on the pod itself
 (``implicit``). Roles come from ``gangsched.io/role``, else Volcano's ``volcano.sh/task-spec``.
 
 A label or annotation under one of these conventions' prefixes that gangsched does not read (a
@@ -31,11 +34,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gangsched.core.model import GangMode, GangSpec
 from gangsched.kube import labels as lbl
 
-__all__ = ["Membership", "Source", "resolve_membership"]
+__all__ = ["Membership", "Source", "resolve_membership", "scheduling_group"]
 
 
 class Source:
@@ -45,6 +49,7 @@ class Source:
     ANNOTATIONS = "annotations"  # group-name + group-pod-num, no PodGroup object
     LABELS = "labels"  # pod-group/name + pod-group/min-available
     KOORDINATOR = "koordinator"
+    UPSTREAM = "upstream"  # spec.schedulingGroup.podGroupName, PodGroup scheduling.k8s.io
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +91,28 @@ def _positive_int(text: str, what: str) -> int:
     return n
 
 
+def scheduling_group(spec: Mapping[str, Any]) -> str:
+    """A pod spec's ``schedulingGroup.podGroupName`` (the upstream convention); '' when absent.
+    A value of the wrong type is a ValueError naming the field."""
+    group = spec.get("schedulingGroup")
+    if group is None:
+        return ""
+    if not isinstance(group, Mapping):
+        raise ValueError("spec.schedulingGroup: expected an object")
+    name = group.get("podGroupName")
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        raise ValueError("spec.schedulingGroup.podGroupName: expected a string")
+    return name
+
+
 def resolve_membership(
-    namespace: str, labels: Mapping[str, str], annotations: Mapping[str, str], created: float
+    namespace: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    created: float,
+    pod_group_name: str = "",
 ) -> Membership:
     role = labels.get(lbl.ROLE_LABEL) or annotations.get(lbl.VOLCANO_TASK_SPEC_ANNOTATION, "")
     unknown = _unknown_keys(labels, annotations)
@@ -116,6 +141,8 @@ def resolve_membership(
                 )
         if name := annotations.get(lbl.KOORD_NAME):
             found.append(_koordinator(namespace, name, annotations, role, created))
+        if pod_group_name:  # spec.schedulingGroup.podGroupName
+            found.append(Membership(f"{namespace}/{pod_group_name}", Source.UPSTREAM, role))
     except ValueError as e:
         return Membership(role=role, error=f"invalid gang declaration: {e}")
     keys = {m.key for m in found}

@@ -81,7 +81,8 @@ class Metrics:
         )
         self.gpus = Gauge(
             "gangsched_gpus",
-            "nvidia.com/gpu in ready nodes, allocated (bound or reserved) and total.",
+            "GPU devices in ready nodes, total and allocated (bound or reserved); a share of "
+            "a GPU counts its fraction.",
             ["state"],
             registry=r,
         )

@@ -206,6 +206,11 @@ class Reporter:
         self._outbox.put("podgroup-status", write, key=("podgroup", key))
 
     @property
+    def outbox(self) -> Outbox:
+        """Where the reporter's writes queue (other status writers share it)."""
+        return self._outbox
+
+    @property
     def dropped(self) -> int:
         """Writes the outbox dropped because the API server could not keep up."""
         return self._outbox.dropped

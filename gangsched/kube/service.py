@@ -34,8 +34,8 @@ from gangsched.core.decisions import (
     PodRef,
     Preempt,
 )
+from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
-from gangsched.core.resources import GPU
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
@@ -44,6 +44,7 @@ from gangsched.kube.budgets import budget_reflector
 from gangsched.kube.client import JSON, FenceCheck, FencedError
 from gangsched.kube.events import rfc3339
 from gangsched.kube.gangspecs import GangSpecs
+from gangsched.kube.gpushare import GpuLabels
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.podreader import PodReader
@@ -61,6 +62,8 @@ from gangsched.kube.translate import (
     volcano_podgroup_from,
     xk8s_podgroup_from,
 )
+from gangsched.kube.upstreamstatus import UpstreamStatus
+from gangsched.kube.workloadapi import VERSIONS, upstream_podgroup_from
 
 __all__ = ["SchedulerService", "ServiceStats"]
 
@@ -78,7 +81,11 @@ CRD_SOURCES = (
         f"/apis/{lbl.VOLCANO_GROUP}/{lbl.VOLCANO_VERSION}/podgroups",
         volcano_podgroup_from,
     ),
+    # the upstream API (scheduling.k8s.io), in each version gangsched reads, newest first: a
+    # version the server does not serve is absent (looked for again every minute)
+    *((f"{Source.UPSTREAM}/{v.version}", v.list_path, upstream_podgroup_from) for v in VERSIONS),
 )
+UPSTREAM_VERSIONS = {f"{Source.UPSTREAM}/{v.version}": v for v in VERSIONS}
 
 
 @dataclass
@@ -110,8 +117,14 @@ class SchedulerService:
         slice_seconds: float = SLICE_SECONDS,
         preemptor: Preemptor | None = None,
         restarter: GangRestarter | None = None,
+        gpu_labels: GpuLabels | None = None,
+        upstream_status: UpstreamStatus | None = None,
     ) -> None:
         self.core = core
+        # the condition on upstream PodGroups (scheduling.k8s.io), as kube-scheduler writes it
+        self.upstream = upstream_status or UpstreamStatus(client, reporter.outbox)
+        # the node labels a node's GPU model and memory are read from (settings)
+        self._gpu_labels = gpu_labels or GpuLabels()
         # With leader election: whether this replica is still sure it leads (see leader.py).
         self._fence = fence
         self.client = client
@@ -136,6 +149,10 @@ class SchedulerService:
         self._listing: set[str] = set()  # the pods of the list under way
         self.stats = ServiceStats()
         self.metrics = metrics or Metrics()
+        # GPUs in devices, allocated in shares of them (two halves of one GPU count 1), read
+        # from the core when scraped: the count walks every node.
+        self.metrics.gpus.labels("total").set_function(lambda: self.core.gpu_usage()[0])
+        self.metrics.gpus.labels("allocated").set_function(lambda: self.core.gpu_usage()[1] / MILLI)
         self.last_turn = time.monotonic()
         self.reflectors = [
             Reflector(client, "/api/v1/nodes", self._on_node, name="nodes"),
@@ -295,8 +312,6 @@ class SchedulerService:
         for queue, n in g.queue.items():
             m.pending_gangs.labels(queue).set(n)
         m.permit_waiting.set(g.waiting_at_permit)
-        m.gpus.labels("total").set(g.allocatable.get(GPU, 0))
-        m.gpus.labels("allocated").set(g.requested.get(GPU, 0))
         dropped = self.reporter.dropped
         if dropped > self._dropped_seen:
             m.writes_dropped.inc(dropped - self._dropped_seen)
@@ -342,7 +357,7 @@ class SchedulerService:
         self.last_turn = time.monotonic()
 
     def _upsert_node(self, obj: JSON) -> None:
-        node = node_from(obj)
+        node = node_from(obj, self._gpu_labels)
         self._known["nodes"].add(node.name)
         self.core.node_upsert(node)
 
@@ -462,12 +477,15 @@ class SchedulerService:
         def handle(kind: str, obj: JSON) -> Awaitable[None] | None:
             if kind == "SYNC":
                 return self._sync_podgroups(source, parse, obj.get("items") or [])
+            upstream = UPSTREAM_VERSIONS.get(source)
             if kind == "DELETED":
                 self._specs.delete_podgroup(source, _key(obj))
                 self._apply_spec(_key(obj))
                 if source == Source.GANGSCHED:
                     self._podgroups.pop(_key(obj), None)
                     self.reporter.forget_group(_key(obj))
+                if upstream is not None:
+                    self.upstream.forget(_key(obj))
             else:
                 spec = parse(obj)
                 self._specs.put_podgroup(source, spec.key, spec)
@@ -476,6 +494,9 @@ class SchedulerService:
                     self._seen_podgroup(obj)
                     # a new minMember changes what the status says even if nothing is pending
                     self._report_group(spec.key)
+                if upstream is not None:
+                    self.upstream.seen(upstream, obj)
+                    self._report_upstream(spec.key)
             self.poke()
             return None
 
@@ -494,6 +515,11 @@ class SchedulerService:
                 self.reporter.forget_group(k)
             await self._sliced(items, self._seen_podgroup)
             await self._report_all(force=True)  # a relist may follow missed events
+        upstream = UPSTREAM_VERSIONS.get(source)
+        if upstream is not None:
+            keys = {self.upstream.seen(upstream, item) for item in items}
+            self.upstream.keep_only(upstream, keys)
+            await self._sliced(list(keys), self._report_upstream)
         self.poke()
 
     def _apply_spec(self, key: str) -> None:
@@ -622,9 +648,19 @@ class SchedulerService:
         else:
             self.reporter.event(r.binding.pod, "Warning", "FailedBinding", "Binding", r.message)
 
+    def _report_upstream(self, key: str) -> None:
+        """The condition on an upstream PodGroup (see upstreamstatus.py), once gangsched
+        schedules at least one of its pods."""
+        if not self.ready.is_set() or key not in self.upstream:
+            return
+        if self.core.group_size(key) == 0:
+            return
+        self.upstream.report(key, self.core.group_status(key))
+
     def _report_group(self, key: str, force: bool = False) -> None:
         """Write a gangsched PodGroup's status: phase, counts and condition from the core's
         one rule (``Scheduler.group_status``), with the scheduler's own fields."""
+        self._report_upstream(key)
         if not self.ready.is_set() or key not in self._specs.podgroups(Source.GANGSCHED):
             return
         status = self.core.group_status(key)
@@ -667,6 +703,7 @@ class SchedulerService:
         """Report every gangsched PodGroup's status, in slices."""
         keys = list(self._specs.podgroups(Source.GANGSCHED))
         await self._sliced(keys, lambda key: self._report_group(key, force))
+        await self._sliced(self.upstream.keys(), self._report_upstream)
 
     async def _resync_status_forever(self) -> None:
         """Recompute every gangsched PodGroup's status every ``status_resync_seconds`` and

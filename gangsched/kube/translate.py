@@ -20,6 +20,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+import structlog
+
 from gangsched.core.lifecycle import NONE, POLICIES
 from gangsched.core.model import (
     AffinityTerm,
@@ -52,7 +54,8 @@ from gangsched.core.resources import (
     pod_requests,
 )
 from gangsched.kube import labels as lbl
-from gangsched.kube.membership import Membership, resolve_membership
+from gangsched.kube.gpushare import GpuLabels, devices_from
+from gangsched.kube.membership import Membership, resolve_membership, scheduling_group
 
 __all__ = [
     "SpecError",
@@ -67,6 +70,9 @@ __all__ = [
 ]
 
 Obj = Mapping[str, Any]
+
+log = structlog.get_logger("gangsched.translate")
+_GFD = GpuLabels()
 
 
 class SpecError(ValueError):
@@ -114,7 +120,7 @@ def _str_map(obj: object, field: str) -> dict[str, str]:
 
 
 # ---- nodes ---------------------------------------------------------------------------------
-def _node_from(obj: Obj) -> Node:
+def _node_from(obj: Obj, gpu_labels: GpuLabels) -> Node:
     meta = _map(obj.get("metadata"), "metadata")
     name = str(meta.get("name", ""))
     spec = _map(obj.get("spec"), "spec")
@@ -135,13 +141,15 @@ def _node_from(obj: Obj) -> Node:
         for t in _list(spec.get("taints"), "spec.taints")
         if isinstance(t, Mapping)
     )
+    labels = _str_map(meta.get("labels"), "metadata.labels")
     return Node(
         name,
         alloc,
-        labels=_str_map(meta.get("labels"), "metadata.labels"),
+        labels=labels,
         taints=taints,
         unschedulable=spec.get("unschedulable") is True,
         ready=ready,
+        gpus=gpu_labels.devices(alloc, labels),
     )
 
 
@@ -753,8 +761,20 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
     labels = _str_map(meta.get("labels"), "metadata.labels")
     annotations = _str_map(meta.get("annotations"), "metadata.annotations")
     pod.labels = labels
-    membership = resolve_membership(ns, labels, annotations, pod.created)
+    try:
+        group_name = scheduling_group(spec)
+    except ValueError as e:
+        raise SpecError(str(e)) from None
+    membership = resolve_membership(ns, labels, annotations, pod.created, group_name)
     pod.group, pod.role = membership.key, membership.role
+    # The devices a bound pod's GPUs were recorded on. A record on a pending pod means nothing
+    # (the binding writes it anew); an unreadable one is not the pod's fault, so it is ignored
+    # and the bound pod counted on the devices the scheduler would pick.
+    recorded = devices_from(annotations) if pod.node_name else ()
+    if isinstance(recorded, str):
+        log.warning("ignoring an unreadable GPU device record", pod=f"{ns}/{name}", error=recorded)
+    else:
+        pod.gpu_devices = recorded
     problems = []
     if membership.error:
         problems.append(membership.error)
@@ -763,6 +783,8 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
     def resources() -> None:
         pod.requests = _requests(spec, status)
         pod.derive_gpu()
+        if pod.invalid_reason:  # a GPU request that cannot be honoured, naming the field
+            problems.append(pod.invalid_reason)
         priority = spec.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise SpecError(f"spec.priority: expected an integer, got {_shown(priority)}")
@@ -989,10 +1011,11 @@ def _broken(e: BaseException) -> str:
     return f"unreadable object ({type(e).__name__}{': ' + detail[:300] if detail else ''})"
 
 
-def node_from(obj: Obj) -> Node:
-    """A Node; one that cannot be read is never a candidate (ready=False, nothing allocatable)."""
+def node_from(obj: Obj, gpu_labels: GpuLabels = _GFD) -> Node:
+    """A Node; one that cannot be read is never a candidate (ready=False, nothing allocatable).
+    Its GPU devices' model and memory come from the labels ``gpu_labels`` names."""
     try:
-        return _node_from(obj)
+        return _node_from(obj, gpu_labels)
     except Exception:
         _, name, _, _ = _identity(obj)
         return Node(name, {}, ready=False)

@@ -14,7 +14,8 @@ What it keeps as the API server does:
 - 404 for what is not there, 409 for a name taken, a stale ``resourceVersion`` or a failed
   precondition, 422 for a patch that changes a ``uid``, 415 for a strategic merge patch on a
   custom resource; the ``pods/binding`` subresource with kube's checks (UID precondition,
-  already assigned, being deleted, scheduling gates);
+  already assigned, being deleted, scheduling gates), copying the Binding's annotations onto
+  the pod;
 - JSON merge patches, strategic merge patches (lists merged by key: ``conditions`` by
   ``type``, containers and volumes by ``name``), and server-side apply with field ownership per
   manager (a field a manager applied before and leaves out is removed, unless another manager
@@ -713,6 +714,10 @@ class FakeKube:
             )
         new = copy.deepcopy(pod)
         new["spec"]["nodeName"] = (body.get("target") or {}).get("name")
+        # kube-apiserver's setPodNodeAndMetadata: the Binding's annotations go onto the pod
+        annotations = _meta(body).get("annotations") or {}
+        if annotations:
+            new.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
         status = new.setdefault("status", {})
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         status["conditions"] = [*conditions, {"type": "PodScheduled", "status": "True"}]
