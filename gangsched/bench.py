@@ -9,7 +9,8 @@ pods, every gang cycle, and the confirmations. Not timed: building the node inve
 node), ``zone-spread`` (a DoNotSchedule topology spread constraint over
 ``topology.kubernetes.io/zone`` with maxSkew 1) or ``host-port`` (every member asks for host
 port 29500, so members need distinct nodes). Uniform nodes carry hostname labels and are spread
-over ``--zones`` zones.
+over ``--zones`` zones. ``--profile`` names the placement profile (settings
+``placementProfile``: binpack, fgd or spread; see docs/placement.md).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from gangsched.core.clock import FakeClock
-from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, GangUnschedulable
 from gangsched.core.model import (
     GangSpec,
@@ -39,6 +39,7 @@ from gangsched.core.model import (
 )
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
+from gangsched.settings import Settings
 
 __all__ = ["bench", "run_bench"]
 
@@ -83,10 +84,15 @@ def _constrained(pod: Pod, gang: str, constraint: str) -> Pod:
 
 
 def bench(
-    nodes: list[Node], pods: int, gang_size: int, gpus_per_pod: int, constraint: str = "none"
+    nodes: list[Node],
+    pods: int,
+    gang_size: int,
+    gpus_per_pod: int,
+    constraint: str = "none",
+    profile: str = "binpack",
 ) -> dict[str, Any]:
     clock = FakeClock(1_000.0)
-    sched = Scheduler(CoreConfig(), clock)
+    sched = Scheduler(Settings.model_validate({"placementProfile": profile}).core(), clock)
     for node in nodes:
         sched.node_upsert(node)
     gangs = max(1, pods // gang_size)
@@ -132,6 +138,7 @@ def bench(
         "gangs": gangs,
         "gang_size": gang_size,
         "constraint": constraint,
+        "profile": profile,
         "pods_bound": bound,
         "gangs_bound": len(cycle_ms),
         "seconds": round(total, 3),
@@ -159,7 +166,7 @@ def run_bench(args: argparse.Namespace) -> str:
         nodes = _uniform_nodes(args.nodes, args.gpus_per_node, args.zones)
         source = "uniform"
     runs = [
-        bench(nodes, args.pods, args.gang_size, args.gpus_per_pod, args.constraint)
+        bench(nodes, args.pods, args.gang_size, args.gpus_per_pod, args.constraint, args.profile)
         for _ in range(args.repeat)
     ]
     best = max(runs, key=lambda r: r["pods_per_second"])
@@ -175,6 +182,8 @@ def run_bench(args: argparse.Namespace) -> str:
         )
     if args.constraint != "none":
         cmd += f" --constraint {args.constraint}"
+    if args.profile != "binpack":
+        cmd += f" --profile {args.profile}"
     best["command"] = cmd + (" --json" if args.json else "")
     if args.json:
         return json.dumps(best, sort_keys=True)

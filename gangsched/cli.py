@@ -10,18 +10,35 @@ __all__ = ["main"]
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from gangsched.sim.run import simulate
+    from gangsched.sim.run import simulate, simulate_many
     from gangsched.sim.traces import TraceError
     from gangsched.sim.workload import WorkloadError
 
-    try:
-        code, text, _ = simulate(
-            args.workload,
-            as_json=args.json,
-            plot_path=args.plot,
-            show_all=args.all,
-            until=args.until,
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()] if args.profiles else None
+    many = args.seeds is not None or bool(profiles)
+    if many and (args.plot or args.all):
+        print(
+            "gangsched simulate: --plot and --all show one run: leave out --seeds and --profiles",
+            file=sys.stderr,
         )
+        return 2
+    try:
+        if many:
+            code, text = simulate_many(
+                args.workload,
+                seeds=args.seeds,
+                profiles=profiles,
+                as_json=args.json,
+                until=args.until,
+            )
+        else:
+            code, text, _ = simulate(
+                args.workload,
+                as_json=args.json,
+                plot_path=args.plot,
+                show_all=args.all,
+                until=args.until,
+            )
     except (WorkloadError, TraceError, ValueError) as e:
         print(f"gangsched simulate: {e}", file=sys.stderr)
         return 2
@@ -29,6 +46,16 @@ def _simulate(args: argparse.Namespace) -> int:
     if code:
         print("invariant violated: see partial_gangs / overcommitted_nodes", file=sys.stderr)
     return code
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return n
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -48,6 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--plot", metavar="FILE.png", help="write GPU allocation over time")
     s.add_argument("--all", action="store_true", help="show every gang in the table")
     s.add_argument("--until", type=float, help="stop at this simulated time (s)")
+    s.add_argument(
+        "--seeds",
+        type=_positive,
+        metavar="N",
+        help="run tracePods seeds 1..N (replay: sample) and print each figure's mean and spread",
+    )
+    s.add_argument(
+        "--profiles",
+        metavar="P1,P2",
+        help="run once per placement profile (settings placementProfile), side by side",
+    )
     s.set_defaults(func=_simulate)
 
     b = sub.add_parser("bench", help="in-process scheduling benchmark")
@@ -65,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="one constraint on every pod, on its gang's label (see docs/benchmarks.md)",
     )
     b.add_argument("--zones", type=int, default=10, help="zones the uniform nodes spread over")
+    b.add_argument(
+        "--profile",
+        choices=("binpack", "fgd", "spread"),
+        default="binpack",
+        help="placement profile (settings placementProfile; see docs/placement.md)",
+    )
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)
 

@@ -2,7 +2,10 @@
 
 The simulator keeps its own truth of what runs where, independent of the core's cache, and
 checks the invariants against it after every step: no node over-committed in any resource,
-no gang ever holding 0 < n < minMember members.
+no GPU device over-committed (the shares on one device never above 1000 milli-GPUs, a whole
+device held by one pod alone, each GPU pod bound with as many devices as it asks for), no
+gang ever holding 0 < n < minMember members. Its GPU figures are in milli-GPUs: what bound
+pods asked for, counted on the devices each binding names (``Binding.devices``).
 
 Preemption: a ``Preempt`` decision marks its victims as being deleted at once (as the API
 shows a pod whose graceful deletion was asked for) and deletes them ``grace`` seconds later
@@ -23,13 +26,15 @@ from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import (
     BindGang,
+    Binding,
     Decision,
     GangTimedOut,
     GangUnschedulable,
     Preempt,
 )
+from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangMode, Node, Pod, PodPhase
-from gangsched.core.resources import GPU, ResourceList, add_into, sub_into
+from gangsched.core.resources import ResourceList, add_into, sub_into
 from gangsched.core.scheduler import Scheduler
 from gangsched.sim.jobs import SimJob
 
@@ -44,7 +49,8 @@ class SimResult:
     pods_bound: int
     partial_gangs: set[str]
     overcommitted_nodes: set[str]
-    timeline: list[tuple[float, int, int, int]]  # (t, gpus allocated, gpus total, waiting jobs)
+    # (t, milli-GPUs allocated, milli-GPUs in the cluster, waiting GPU jobs)
+    timeline: list[tuple[float, int, int, int]]
     sim_seconds: float
     wall_seconds: float
     cycles: int
@@ -58,6 +64,70 @@ class SimResult:
     victim_gangs: int = 0  # gangs (with a PodGroup) hit by them, once per preemption
     gpu_seconds_lost: float = 0.0  # over victims: GPUs x how long they had run when evicted
     pods_recreated: int = 0  # evicted pods made again by their (simulated) controller
+    gpu: GpuTally | None = None  # the devices at the end of the run, and the key moments
+
+
+@dataclass(slots=True)
+class GpuMoment:
+    """The GPU figures at one instant: milli-GPUs bound and arrived, devices handed out."""
+
+    t: float
+    bound_milli: int
+    arrived_milli: int
+    devices_used: int
+
+
+@dataclass(slots=True)
+class GpuTally:
+    """The simulator's own per-device truth: milli-GPUs counted on each device of each node,
+    from the devices every binding names."""
+
+    devices: dict[str, list[int]]  # node -> milli used on each of its devices
+    capacity_milli: int = 0
+    bound_milli: int = 0
+    arrived_milli: int = 0  # GPU demand of the jobs that have arrived so far
+    devices_used: int = 0  # devices with anything on them
+    first_failure: GpuMoment | None = None  # when a GPU job first failed to place
+    full_arrival: GpuMoment | None = None  # once arrived demand first reached the capacity
+    device_errors: set[str] = field(default_factory=set)  # nodes a binding over-committed
+
+    @classmethod
+    def of(cls, nodes: list[Node]) -> GpuTally:
+        devices = {n.name: [0] * len(n.gpus or ()) for n in nodes}
+        return cls(devices, capacity_milli=sum(len(d) for d in devices.values()) * MILLI)
+
+    def moment(self, t: float) -> GpuMoment:
+        return GpuMoment(t, self.bound_milli, self.arrived_milli, self.devices_used)
+
+    def take(self, node: str, pod: Pod, devices: tuple[int, ...]) -> tuple[int, ...]:
+        """Count ``pod`` on ``devices`` of ``node``; a wrong device list or a device left
+        over 1000 milli-GPUs marks the node. Returns the devices counted."""
+        demand = pod.gpu
+        if demand is None:
+            return ()
+        used = self.devices[node]
+        counted = tuple(i for i in devices if 0 <= i < len(used))
+        if len(set(devices)) != demand.count or len(counted) != len(devices):
+            self.device_errors.add(node)
+        for i in counted:
+            if used[i] == 0:
+                self.devices_used += 1
+            used[i] += demand.milli
+            if used[i] > MILLI:
+                self.device_errors.add(node)
+        self.bound_milli += demand.total
+        return counted
+
+    def give(self, node: str, pod: Pod, devices: tuple[int, ...]) -> None:
+        demand = pod.gpu
+        if demand is None:
+            return
+        used = self.devices[node]
+        for i in devices:
+            used[i] -= demand.milli
+            if used[i] == 0:
+                self.devices_used -= 1
+        self.bound_milli -= demand.total
 
 
 class Simulation:
@@ -86,8 +156,8 @@ class Simulation:
         self.pods_bound = 0
         self.timeouts = 0
         self.decisions = 0
-        self.gpus_total = sum(n.allocatable.get(GPU, 0) for n in nodes)
-        self.gpus_used = 0
+        self.gpu = GpuTally.of(nodes)
+        self.devices_of: dict[str, tuple[int, ...]] = {}  # pod uid -> devices counted
         self.timeline: list[tuple[float, int, int, int]] = []
         self._waiting_gpu_jobs: set[str] = set()
         # preemption
@@ -136,10 +206,11 @@ class Simulation:
                 break
             t = max(t, self.clock.now())
             dt = t - last_t
+            gpu = self.gpu
             if dt > 0:
-                gpu_seconds += dt * self.gpus_total
+                gpu_seconds += dt * gpu.capacity_milli / MILLI
                 if self._waiting_gpu_jobs:
-                    idle_gpu += dt * (self.gpus_total - self.gpus_used)
+                    idle_gpu += dt * (gpu.capacity_milli - gpu.bound_milli) / MILLI
             last_t = t
             self.clock.set(t)
             progressed = False
@@ -158,7 +229,11 @@ class Simulation:
                 progressed = True
             if progressed:
                 horizon = t + quiet
-            self.timeline.append((t, self.gpus_used, self.gpus_total, len(self._waiting_gpu_jobs)))
+            if gpu.full_arrival is None and gpu.arrived_milli >= gpu.capacity_milli > 0:
+                gpu.full_arrival = gpu.moment(t)
+            self.timeline.append(
+                (t, gpu.bound_milli, gpu.capacity_milli, len(self._waiting_gpu_jobs))
+            )
         return SimResult(
             jobs=self.jobs,
             pods_bound=self.pods_bound,
@@ -178,6 +253,7 @@ class Simulation:
             victim_gangs=self.victim_gangs,
             gpu_seconds_lost=self.gpu_seconds_lost,
             pods_recreated=self._recreated,
+            gpu=self.gpu,
         )
 
     # ---- events ------------------------------------------------------------------------
@@ -190,8 +266,9 @@ class Simulation:
             self.scheduler.gang_upsert(job.spec)
         for p in job.pods:
             self.scheduler.pod_upsert(p)
-        if any(p.requests.get(GPU, 0) for p in job.pods):
+        if job.gpu_milli:
             self._waiting_gpu_jobs.add(job.key)
+            self.gpu.arrived_milli += job.gpu_milli
 
     def _finish(self, job: SimJob) -> None:
         job.finished = self.clock.now()
@@ -205,7 +282,7 @@ class Simulation:
         done = replace(pod, phase=PodPhase.SUCCEEDED)
         self.pods[uid] = done
         sub_into(self.used[pod.node_name], pod.requests)
-        self.gpus_used -= pod.requests.get(GPU, 0)
+        self.gpu.give(pod.node_name, pod, self.devices_of.pop(uid, ()))
         self.scheduler.pod_upsert(done)
 
     # ---- decisions ---------------------------------------------------------------------
@@ -216,7 +293,7 @@ class Simulation:
             self.decisions += 1
             if isinstance(d, BindGang):
                 for b in d.bindings:
-                    self._bind(b.pod.uid, b.node)
+                    self._bind(b)
                     bound_any = True
                     touched.add(self.job_of[b.pod.uid].key)
             elif isinstance(d, GangTimedOut):
@@ -230,11 +307,15 @@ class Simulation:
                 )
                 if job is not None:
                     job.reason, job.message = d.reason, d.message
+                    gpu = self.gpu
+                    if gpu.first_failure is None and job.gpu_milli and d.reason == "Unschedulable":
+                        gpu.first_failure = gpu.moment(self.clock.now())
         for key in touched:
             self._check_gang(key)
         return bound_any
 
-    def _bind(self, uid: str, node: str) -> None:
+    def _bind(self, b: Binding) -> None:
+        uid, node = b.pod.uid, b.node
         pod = self.pods[uid]
         if pod.node_name or pod.phase is not PodPhase.PENDING:
             raise AssertionError(f"pod {pod.key} bound twice")
@@ -243,10 +324,21 @@ class Simulation:
         alloc = self.nodes[node].allocatable
         if any(v > alloc.get(k, 0) for k, v in used.items()):
             self.overcommitted.add(node)
-        bound = replace(pod, node_name=node, phase=PodPhase.RUNNING)
+        if pod.gpu is not None:
+            self.devices_of[uid] = self.gpu.take(node, pod, b.devices)
+            if node in self.gpu.device_errors:
+                self.overcommitted.add(node)
+        # The adapter records a share's devices in the pod (Koordinator's device-allocated
+        # annotation); whole devices are the device plugin's to pick.
+        shared = pod.gpu is not None and pod.gpu.shared
+        bound = replace(
+            pod,
+            node_name=node,
+            phase=PodPhase.RUNNING,
+            gpu_devices=b.devices if shared else pod.gpu_devices,
+        )
         self.pods[uid] = bound
         self.pods_bound += 1
-        self.gpus_used += pod.requests.get(GPU, 0)
         job = self.job_of[uid]
         job.bound_pods.add(uid)
         now = self.clock.now()
@@ -300,10 +392,10 @@ class Simulation:
         if pod.terminal or not pod.node_name:
             return  # it finished meanwhile
         now = self.clock.now()
-        gpus = pod.requests.get(GPU, 0)
+        gpus = pod.gpu.total / MILLI if pod.gpu is not None else 0.0
         self.gpu_seconds_lost += gpus * (now - self.bound_at.pop(uid, now))
         sub_into(self.used[pod.node_name], pod.requests)
-        self.gpus_used -= gpus
+        self.gpu.give(pod.node_name, pod, self.devices_of.pop(uid, ()))
         job = self.job_of[uid]
         job.bound_pods.discard(uid)
         # Kept in the record as it ended (evicted), though the API no longer has it.
@@ -330,6 +422,7 @@ class Simulation:
             node_name="",
             phase=PodPhase.PENDING,
             deleting=False,
+            gpu_devices=(),
         )
         job.pods = [fresh if p.uid == gone.uid else p for p in job.pods]
         self.pods[fresh.uid] = fresh

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from gangsched.core.gpu import GPU, MILLI
 from gangsched.core.model import (
     GangMode,
     GangSpec,
@@ -16,11 +19,11 @@ from gangsched.core.model import (
     Taint,
     TopologySpec,
 )
-from gangsched.core.resources import CPU, GPU, MEMORY, PODS
-from gangsched.sim.traces import read_trace_nodes, read_trace_tasks
-from gangsched.sim.workload import NodeDef, TraceNodes, Workload, resolve_trace
+from gangsched.core.resources import CPU, MEMORY, PODS
+from gangsched.sim.traces import TraceError, TraceTask, read_trace_nodes, read_trace_tasks
+from gangsched.sim.workload import NodeDef, TraceNodes, TracePods, Workload, resolve_trace
 
-__all__ = ["SimJob", "build_jobs", "build_nodes"]
+__all__ = ["SimJob", "build_jobs", "build_nodes", "capacity_milli"]
 
 
 @dataclass(slots=True)
@@ -50,13 +53,23 @@ class SimJob:
         return sum(b - a for a, b in self.waits)
 
     @property
-    def gpus(self) -> int:
-        """GPUs the job asks for: over all its pods (a gang's whole size in GPUs)."""
-        return sum(p.requests.get(GPU, 0) for p in self.pods)
+    def gpu_milli(self) -> int:
+        """Milli-GPUs the job asks for: over all its pods (a gang's whole size)."""
+        return sum(p.gpu.total for p in self.pods if p.gpu is not None)
+
+    @property
+    def gpus(self) -> float:
+        """GPUs the job asks for, over all its pods (0.5 for half of one)."""
+        return self.gpu_milli / MILLI
 
     @property
     def min_member(self) -> int:
         return self.spec.min_member if self.spec is not None else 1
+
+
+def capacity_milli(nodes: list[Node]) -> int:
+    """The nodes' GPU capacity in milli-GPUs: 1000 per device."""
+    return sum(len(n.gpus or ()) for n in nodes) * MILLI
 
 
 def build_nodes(w: Workload, base: Path) -> list[Node]:
@@ -82,7 +95,9 @@ def _expand_node(nd: NodeDef) -> list[Node]:
     return [Node(n, dict(alloc), labels=dict(nd.labels), taints=taints) for n in names]
 
 
-def build_jobs(w: Workload, base: Path, cluster_gpus: int = 0) -> list[SimJob]:
+def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
+    """The workload's jobs, by arrival. ``capacity`` is the cluster's GPU capacity in
+    milli-GPUs, which ``saturate`` and ``sample`` replays fill up to their ``load``."""
     jobs: list[SimJob] = []
     seq = 0
 
@@ -145,51 +160,73 @@ def build_jobs(w: Workload, base: Path, cluster_gpus: int = 0) -> list[SimJob]:
             )
             jobs.append(SimJob(pod.key, arrival, p.duration, [pod]))
     if w.trace_pods is not None:
-        tp = w.trace_pods
-        tasks = read_trace_tasks(
-            resolve_trace(tp.trace, base),
-            tp.limit,
-            tp.gpu_only,
-            tp.time_scale,
-            tp.max_duration,
-            tp.arrival_scale,
-        )
-        demand, budget = 0, tp.load * cluster_gpus
-        for i, task in enumerate(tasks):
-            if tp.replay == "saturate":
-                if demand >= budget:
-                    break
-                demand += task.gpus
-                task = replace(task, arrival=i * tp.interval, duration=math.inf)
-            if task.gpus >= 2:
-                key = f"trace/{task.name}"
-                spec = GangSpec(key, task.gpus, created=task.arrival)
-                req = {
-                    CPU: max(1, task.cpu_milli // task.gpus),
-                    MEMORY: task.memory // task.gpus,
-                    GPU: 1,
-                    PODS: 1,
-                }
-                pods = [
-                    Pod(
-                        uid(),
-                        "trace",
-                        f"{task.name}-w{i}",
-                        dict(req),
-                        created=task.arrival,
-                        placement=task.placement,
-                        group=key,
-                    )
-                    for i in range(task.gpus)
-                ]
-                jobs.append(SimJob(key, task.arrival, task.duration, pods, spec))
-            else:
-                req = {CPU: task.cpu_milli, MEMORY: task.memory, PODS: 1}
-                if task.gpus:
-                    req[GPU] = task.gpus
-                pod = Pod(
-                    uid(), "trace", task.name, req, created=task.arrival, placement=task.placement
-                )
-                jobs.append(SimJob(pod.key, task.arrival, task.duration, [pod]))
+        jobs += trace_jobs(w.trace_pods, base, capacity, uid)
     jobs.sort(key=lambda j: (j.arrival, j.key))
     return jobs
+
+
+def trace_jobs(tp: TracePods, base: Path, capacity: int, uid: Callable[[], str]) -> list[SimJob]:
+    """The jobs of a ``tracePods`` entry, by its replay mode (docs/simulator.md)."""
+    tasks = read_trace_tasks(
+        resolve_trace(tp.trace, base),
+        tp.limit,
+        tp.skip_cpu_only,
+        tp.time_scale,
+        tp.max_duration,
+        tp.arrival_scale,
+    )
+    if tp.replay != "timeline":
+        tasks = _arrivals_past_capacity(tasks, tp, capacity)
+    return [_task_job(t, tp.multi_gpu, uid) for t in tasks]
+
+
+def _arrivals_past_capacity(
+    tasks: list[TraceTask], tp: TracePods, capacity: int
+) -> list[TraceTask]:
+    """``saturate``: the tasks in trace order; ``sample``: tasks drawn with replacement from
+    ``seed``. One every ``interval`` seconds, never finishing, until the GPU demand that has
+    arrived reaches ``load`` times ``capacity`` (checked before each task)."""
+    budget = tp.load_factor * capacity
+    if tp.replay == "sample" and budget > 0 and not any(t.demand_milli for t in tasks):
+        raise TraceError(f"{tp.trace}: no task asks for a GPU, so none can fill the cluster")
+    rng = random.Random(tp.seed)
+    out: list[TraceTask] = []
+    demand = 0
+    while demand < budget:
+        i = len(out)
+        if tp.replay == "sample":
+            task = tasks[rng.randrange(len(tasks))]
+            task = replace(task, name=f"{task.name}-s{i}")
+        elif i < len(tasks):
+            task = tasks[i]
+        else:
+            break
+        demand += task.demand_milli
+        out.append(replace(task, arrival=i * tp.interval, duration=math.inf))
+    return out
+
+
+def _task_job(task: TraceTask, multi_gpu: str, uid: Callable[[], str]) -> SimJob:
+    """One trace task as a job: one pod on one node; with ``multi_gpu: gang`` a task of N >= 2
+    whole GPUs becomes a gang of N one-GPU workers (its CPU and memory split evenly)."""
+    if multi_gpu == "gang" and task.num_gpu >= 2 and task.gpu_milli >= MILLI:
+        key = f"trace/{task.name}"
+        n = task.num_gpu
+        spec = GangSpec(key, n, created=task.arrival)
+        req = {CPU: max(1, task.cpu_milli // n), MEMORY: task.memory // n, GPU: 1, PODS: 1}
+        pods = [
+            Pod(
+                uid(),
+                "trace",
+                f"{task.name}-w{i}",
+                dict(req),
+                created=task.arrival,
+                placement=task.placement,
+                group=key,
+            )
+            for i in range(n)
+        ]
+        return SimJob(key, task.arrival, task.duration, pods, spec)
+    req = {CPU: task.cpu_milli, MEMORY: task.memory, PODS: 1} | task.gpu_requests()
+    pod = Pod(uid(), "trace", task.name, req, created=task.arrival, placement=task.placement)
+    return SimJob(pod.key, task.arrival, task.duration, [pod])

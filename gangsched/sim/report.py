@@ -7,20 +7,23 @@ import math
 import statistics
 from typing import Any
 
+from gangsched.core.gpu import MILLI
 from gangsched.core.plugins.task_topology import relations
-from gangsched.sim.engine import SimResult
+from gangsched.sim.engine import GpuMoment, GpuTally, SimResult
 
 __all__ = ["SIZE_CLASSES", "format_summary", "format_table", "plot", "summary"]
 
-# Jobs (a gang, or a plain pod) by the GPUs they ask for in all: (label, lowest, highest).
-# One GPU is the stream of small jobs; 2-8 fits on one 8-GPU node; 9-32 spans up to four
-# such nodes; 33+ is a large gang. A job without GPUs is in "0".
+# Jobs (a gang, or a plain pod) by the milli-GPUs they ask for in all: (label, lowest,
+# highest). "<1" is a share of one GPU; one GPU is the stream of small jobs; 2-8 fits on one
+# 8-GPU node; 9-32 spans up to four such nodes; 33+ is a large gang. A job without GPUs is
+# in "0".
 SIZE_CLASSES: tuple[tuple[str, int, float], ...] = (
     ("0", 0, 0),
-    ("1", 1, 1),
-    ("2-8", 2, 8),
-    ("9-32", 9, 32),
-    ("33+", 33, math.inf),
+    ("<1", 1, MILLI - 1),
+    ("1", MILLI, MILLI),
+    ("2-8", MILLI + 1, 8 * MILLI),
+    ("9-32", 8 * MILLI + 1, 32 * MILLI),
+    ("33+", 32 * MILLI + 1, math.inf),
 )
 
 
@@ -54,6 +57,7 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "gpu_idle_while_waiting_fraction": round(
             r.gpu_idle_while_waiting / r.gpu_seconds_total if r.gpu_seconds_total else 0.0, 4
         ),
+        **(gpu_figures(r.gpu) if r.gpu is not None else {}),
         "wait_seconds_mean": round(statistics.fmean(waits), 3) if waits else 0.0,
         "wait_seconds_p50": round(_pct(waits, 0.5), 3) if waits else 0.0,
         "wait_seconds_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
@@ -72,6 +76,37 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "sim_seconds": round(r.sim_seconds, 3),
         "wall_seconds": round(r.wall_seconds, 3),
         "pods_per_second": round(r.pods_bound / r.wall_seconds, 1) if r.wall_seconds else 0.0,
+    }
+
+
+def gpu_figures(g: GpuTally) -> dict[str, Any]:
+    """Where the cluster's GPUs stand: the share of GPU capacity that bound pods asked for,
+    the share that arrived, devices handed out, and what was left unallocated when a GPU
+    job first failed to place and at the end."""
+    cap = g.capacity_milli
+
+    def share(milli: int) -> float:
+        return round(milli / cap, 4) if cap else 0.0
+
+    def unallocated(m: GpuMoment | None) -> float | None:
+        return round((cap - m.bound_milli) / MILLI, 1) if m is not None else None
+
+    end = g.moment(0.0)
+    devices = [u for used in g.devices.values() for u in used]
+    gpu_nodes = [used for used in g.devices.values() if used]
+    first, full = g.first_failure, g.full_arrival
+    return {
+        "gpus_total": len(devices),
+        "gpu_share_arrived": share(g.arrived_milli),
+        "gpu_share_allocated": share(g.bound_milli),
+        "gpu_share_allocated_at_full_arrival": share(full.bound_milli) if full else None,
+        "gpus_handed_out": g.devices_used,
+        "gpus_unallocated_first_failure": unallocated(first),
+        "gpu_share_allocated_first_failure": share(first.bound_milli) if first else None,
+        "gpus_unallocated_final": unallocated(end),
+        "gpus_free_whole_final": sum(1 for u in devices if u == 0),
+        "nodes_with_free_gpus": sum(1 for used in gpu_nodes if min(used) < MILLI),
+        "gpu_nodes_empty": sum(1 for used in gpu_nodes if max(used) == 0),
     }
 
 
@@ -96,7 +131,7 @@ def _wait_by_class(r: SimResult) -> dict[str, dict[str, float]]:
     the started ones), and how many were still waiting at the end of the run."""
     out: dict[str, dict[str, float]] = {}
     for label, lo, hi in SIZE_CLASSES:
-        jobs = [j for j in r.jobs if lo <= j.gpus <= hi]
+        jobs = [j for j in r.jobs if lo <= j.gpu_milli <= hi]
         if not jobs:
             continue
         waits = [j.waited for j in jobs if j.first_started is not None]
@@ -127,7 +162,7 @@ def _longest_wait(r: SimResult) -> tuple[str, float, list[tuple[float, float]]]:
             if r.sim_seconds > since:
                 spans.append((since, r.sim_seconds))
         total = sum(b - a for a, b in spans)
-        rank = (total, j.gpus)
+        rank = (total, j.gpu_milli)
         if total > 0 and rank > best_rank:
             best, best_rank = (j.key, total, spans), rank
     return best
@@ -215,7 +250,7 @@ def plot(r: SimResult, path: str, title: str) -> None:
     alloc = [u / tot if tot else 0.0 for _, u, tot, _ in tl]
     waiting = [w for *_, w in tl]
     fig, ax1 = plt.subplots(figsize=(10, 4.5))
-    ax1.step(ts, alloc, where="post", color="tab:blue", label="GPUs allocated (share)")
+    ax1.step(ts, alloc, where="post", color="tab:blue", label="GPU share allocated")
     ax1.set_ylim(0, 1.05)
     ax1.set_xlabel("simulated time (s)")
     ax1.set_ylabel("GPU allocation")

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from gangsched.core.config import CoreConfig
-from gangsched.core.resources import GPU
 from gangsched.settings import Settings
 from gangsched.sim.engine import SimResult, Simulation
-from gangsched.sim.jobs import build_jobs, build_nodes
+from gangsched.sim.jobs import build_jobs, build_nodes, capacity_milli
 from gangsched.sim.report import format_summary, format_table, plot, summary
-from gangsched.sim.workload import WorkloadError, load_workload
+from gangsched.sim.spread import format_spread, spread
+from gangsched.sim.workload import Workload, WorkloadError, load_workload
 
-__all__ = ["core_config_from", "simulate"]
+__all__ = ["core_config_from", "simulate", "simulate_many"]
 
 _SETTING_NAMES = {
     "defaultScheduleTimeoutSeconds": "default_schedule_timeout_seconds",
@@ -29,6 +30,8 @@ _SETTING_NAMES = {
     "nodesToScore": "nodes_to_score",
     "scoreWeights": "score_weights",
     "filters": "filters",
+    "placementProfile": "placement_profile",
+    "gpuRequestWindow": "gpu_request_window",
 }
 
 
@@ -48,27 +51,84 @@ def core_config_from(settings: dict[str, Any]) -> CoreConfig:
         raise WorkloadError("invalid settings:\n" + "\n".join(lines)) from None
 
 
-def simulate(
-    path: str, *, as_json: bool, plot_path: str | None, show_all: bool, until: float | None
-) -> tuple[int, str, SimResult]:
-    w, base = load_workload(path)
+def _run(
+    w: Workload, base: Path, until: float | None, settings: dict[str, Any] | None = None
+) -> tuple[SimResult, dict[str, Any]]:
+    """One run of the workload (with ``settings`` in place of its own); its result and
+    summary."""
     nodes = build_nodes(w, base)
-    jobs = build_jobs(w, base, sum(n.allocatable.get(GPU, 0) for n in nodes))
+    jobs = build_jobs(w, base, capacity_milli(nodes))
     sim = Simulation(
         nodes,
         jobs,
-        core_config_from(w.settings),
+        core_config_from(w.settings if settings is None else settings),
         until=until,
         grace=w.termination_grace_period_seconds,
     )
     result = sim.run()
     s = summary(result, w.name)
     s["nodes"] = len(nodes)
+    return result, s
+
+
+def _violated(s: dict[str, Any]) -> bool:
+    return bool(s["partial_gangs"] or s["overcommitted_nodes"])
+
+
+def simulate(
+    path: str, *, as_json: bool, plot_path: str | None, show_all: bool, until: float | None
+) -> tuple[int, str, SimResult]:
+    w, base = load_workload(path)
+    result, s = _run(w, base, until)
     if plot_path:
         plot(result, plot_path, f"{w.name}: GPU allocation over time")
     if as_json:
         text = json.dumps(s, sort_keys=True)
     else:
         text = format_table(result, None if show_all else 50) + "\n\n" + format_summary(s)
-    ok = s["partial_gangs"] == 0 and s["overcommitted_nodes"] == 0
-    return (0 if ok else 3), text, result
+    return (3 if _violated(s) else 0), text, result
+
+
+def simulate_many(
+    path: str,
+    *,
+    seeds: int | None,
+    profiles: list[str] | None,
+    as_json: bool,
+    until: float | None,
+) -> tuple[int, str]:
+    """Runs the workload once per seed (``tracePods.seed`` 1..``seeds``; the workload's own
+    seed when None) and per placement profile (``placementProfile`` in its settings; its own
+    settings when None), and reports each summary figure's mean and spread per profile."""
+    w, base = load_workload(path)
+    tp = w.trace_pods
+    if seeds is not None and (tp is None or tp.replay != "sample"):
+        raise WorkloadError(
+            "--seeds draws tasks from a pod list: it needs tracePods with replay: sample"
+        )
+    seed_list = list(range(1, seeds + 1)) if seeds is not None else [tp.seed if tp else 0]
+    columns: list[tuple[str, dict[str, Any]]] = [
+        (name, w.settings | {"placementProfile": name}) for name in profiles or ()
+    ] or [(str(w.settings.get("placementProfile", "settings")), w.settings)]
+    code = 0
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for label, settings in columns:
+        core_config_from(settings)  # refuse a bad profile before any run
+        for seed in seed_list:
+            run_w = w
+            if tp is not None and seeds is not None:
+                run_w = w.model_copy(update={"trace_pods": tp.model_copy(update={"seed": seed})})
+            _, s = _run(run_w, base, until, settings)
+            if _violated(s):
+                code = 3
+            runs.setdefault(label, []).append(s)
+    stats = {label: spread(ss) for label, ss in runs.items()}
+    if as_json:
+        doc = {"workload": w.name, "seeds": seed_list, "profiles": stats}
+        return code, json.dumps(doc, sort_keys=True)
+    head = (
+        f"{w.name}: {len(seed_list)} run(s) per profile "
+        f"(seeds {', '.join(map(str, seed_list))}); mean +- sample standard deviation "
+        "[min, max]"
+    )
+    return code, head + "\n\n" + format_spread(stats)

@@ -150,14 +150,16 @@ class PodDef(Resources):
 
 
 class TracePods(_Strict):
-    """Tasks from an openb pod list. Gang rule: a task asking for N >= 2 GPUs becomes a gang
-    of N one-GPU workers (its CPU and memory split evenly); a task with one GPU, or a fraction
-    of one (gpu_milli < 1000: gangsched does not share GPUs, so it takes a whole one), becomes
-    a plain one-GPU pod; a task with no GPU becomes a plain CPU pod."""
+    """Tasks from an openb pod list. Each task is one pod on one node (see docs/simulator.md,
+    Trace rules): N whole GPUs as ``nvidia.com/gpu: N``, a share of one GPU as Koordinator's
+    ``koordinator.sh/gpu-core`` percent, no GPU as a plain CPU pod; ``multi_gpu: gang`` makes
+    a task of N >= 2 whole GPUs a gang of N one-GPU workers instead."""
 
     trace: str
     limit: int | None = Field(None, ge=1)
-    gpu_only: bool = True
+    # Leave out tasks without a GPU. Default: true for ``timeline`` and ``saturate``; false
+    # for ``sample``, which draws from the whole pod list as the openb paper's simulator does.
+    gpu_only: bool | None = None
     time_scale: float = Field(1.0, gt=0)  # divide every trace time by this
     # Divide arrival times (only) by this: > 1 compresses arrivals, so demand exceeds capacity
     # as in the openb paper's fragmentation experiments.
@@ -165,10 +167,26 @@ class TracePods(_Strict):
     max_duration: float | None = Field(None, gt=0)
     # timeline: arrivals and durations from the trace. saturate: tasks in trace order, one
     # every ``interval`` seconds, never finishing, until their GPU demand reaches ``load``
-    # times the cluster's GPUs (the openb paper's "arriving past capacity" experiment).
-    replay: Literal["timeline", "saturate"] = "timeline"
+    # times the cluster's GPU capacity. sample: the same, but each task drawn at random (with
+    # replacement, from ``seed``) from the pod list, as the openb paper's simulator does.
+    replay: Literal["timeline", "saturate", "sample"] = "timeline"
     interval: float = Field(1.0, gt=0)
-    load: float = Field(1.2, gt=0, le=10)
+    # Default: 1.2 for saturate, 1.0 for sample.
+    load: float | None = Field(None, gt=0, le=10)
+    seed: int = Field(1, ge=0)
+    # pod: a task of N GPUs is one pod asking for N (it needs one node). gang: N one-GPU
+    # workers in a gang of minMember N, which may spread over nodes.
+    multi_gpu: Literal["pod", "gang"] = Field("pod", alias="multiGpu")
+
+    @property
+    def skip_cpu_only(self) -> bool:
+        return self.gpu_only if self.gpu_only is not None else self.replay != "sample"
+
+    @property
+    def load_factor(self) -> float:
+        if self.load is not None:
+            return self.load
+        return 1.0 if self.replay == "sample" else 1.2
 
 
 class Workload(_Strict):
