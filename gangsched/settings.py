@@ -97,6 +97,8 @@ class Settings(BaseModel):
     score_weights: dict[str, int] | None = None  # None: the placement profile's
     # FragmentationGradient: how many recent GPU pods the mix of request classes holds.
     gpu_request_window: int = Field(1000, ge=1, le=1_000_000)
+    # Topology-aware gang placement: node label keys, largest domain first (block, rack, ...)
+    topology_levels: list[str] = Field(default_factory=list, max_length=16)
     # Plugin arguments (kube-scheduler's pluginConfig)
     hard_pod_affinity_weight: int = Field(1, ge=0, le=100)
     default_spread_constraints: list[DefaultSpreadConstraint] = Field(default_factory=list)
@@ -147,6 +149,11 @@ class Settings(BaseModel):
             raise ValueError(f"scoreWeights: unknown plugin(s) {bad}; known: {known}")
         if any(w < 0 for w in weights.values()):
             raise ValueError("scoreWeights: weights must be >= 0")
+        for i, key in enumerate(self.topology_levels):
+            if not key or len(key) > 316:
+                raise ValueError(f"topologyLevels.{i}: a node label key of 1-316 characters")
+            if key in self.topology_levels[:i]:
+                raise ValueError(f"topologyLevels.{i}: duplicate level {key!r}")
         seen: set[tuple[str, str]] = set()
         for i, c in enumerate(self.default_spread_constraints):
             pair = (c.topology_key, c.when_unsatisfiable)
@@ -171,6 +178,7 @@ class Settings(BaseModel):
             preemption=self.preemption,
             preemption_hold_seconds=self.preemption_hold_seconds,
             reservation_after_seconds=self.reservation_after_seconds,
+            topology_levels=tuple(self.topology_levels),
             nodes_to_score=self.nodes_to_score,
             filters=tuple(self.filters),
             score_weights=dict(weights),

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
+from gangsched.core.domains import DomainIndex
 from gangsched.core.gpu import KOORD_CORE, KOORD_RATIO, MILLI, GpuDemand, NodeGpus, best_fit
 from gangsched.core.model import HostPort, Node, Pod
 from gangsched.core.podindex import PodIndex, TermIndex
@@ -103,6 +104,8 @@ class ClusterCache:
         # Claims, volumes, storage classes and CSINodes, with the volume plans of reserved
         # pods (core/volumes.py).
         self.volumes = VolumeCatalog()
+        # Free capacity per topology domain of the levels gangs ask about (core/domains.py).
+        self.domains = DomainIndex()
         # Called with a pod's uid after ``assume`` or ``forget`` changed whether it is
         # assumed (the scheduler keeps its gangs' counts with it). ``upsert_pod`` and
         # ``remove_pod`` drop an assumption without it: their caller has the pod's event.
@@ -296,6 +299,45 @@ class ClusterCache:
         both stay upper bounds of what fits, so a check against them never refuses what fits."""
         return self._total_free.get(resource, 0)
 
+    # ---- topology domains --------------------------------------------------------------
+    def domain_free(self, key: str) -> dict[str, ResourceList]:
+        """Free capacity per domain of level ``key`` over ready nodes (as ``cluster_free``
+        counts it per node). The first call for a level walks the nodes; from then on the
+        totals are kept with every change."""
+        per = self.domains.free.get(key)
+        if per is None:
+            per = {}
+            for info in self.nodes.values():
+                node = info.node
+                if info.usable and node is not None:
+                    value = node.labels.get(key)
+                    if value is not None:
+                        add_into(per.setdefault(value, {}), _free_of(info))
+            self.domains.free[key] = per
+        return per
+
+    def domain_nodes(self, key: str) -> dict[str, tuple[str, ...]]:
+        """The ready nodes of each domain of level ``key``, in the cache's node order."""
+        domains = self.domains
+        if domains.members_generation.get(key) != self.static_generation:
+            members: dict[str, list[str]] = {}
+            for name, info in self.nodes.items():
+                node = info.node
+                if info.usable and node is not None:
+                    value = node.labels.get(key)
+                    if value is not None:
+                        members.setdefault(value, []).append(name)
+            domains.members[key] = {v: tuple(n) for v, n in members.items()}
+            domains.members_generation[key] = self.static_generation
+        return domains.members[key]
+
+    def gpu_rank(self, name: str, whole: bool) -> int:
+        """Where a node stands in the GPU index: its whole free devices (``whole``) or its
+        largest free share of one device; 0 when it has none."""
+        if whole:
+            return self._bucket_of.get(name, 0)
+        return self._share_of.get(name, 0)
+
     # ---- internals ---------------------------------------------------------------------
     def _count(self, uid: str, target: str, requests: ResourceList) -> None:
         current = self._counted_on.get(uid, "")
@@ -424,13 +466,19 @@ class ClusterCache:
         if info.usable and info.node is not None:
             sub_into(self.total_allocatable, info.node.allocatable)
             sub_into(self.total_requested, info.requested)
-            sub_into(self._total_free, _free_of(info))
+            free = _free_of(info)
+            sub_into(self._total_free, free)
+            if self.domains.free:
+                self.domains.sub(info.node.labels, free)
 
     def _total(self, info: NodeInfo) -> None:
         if info.usable and info.node is not None:
             add_into(self.total_allocatable, info.node.allocatable)
             add_into(self.total_requested, info.requested)
-            add_into(self._total_free, _free_of(info))
+            free = _free_of(info)
+            add_into(self._total_free, free)
+            if self.domains.free:
+                self.domains.add(info.node.labels, free)
 
     def _reindex(self, info: NodeInfo) -> None:
         name = info.name

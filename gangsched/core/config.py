@@ -42,5 +42,9 @@ class CoreConfig:
     # How long capacity freed by a preemption is held for the preemptor while its victims
     # terminate; then it is given back and the gang tries again.
     preemption_hold_seconds: float = 120.0
+    # The nodes' topology levels, node label keys from the largest domain to the smallest
+    # (for example block, rack, hostname). A gang's preferred level falls back to the larger
+    # levels listed before it; a required level need not be listed.
+    topology_levels: tuple[str, ...] = ()
     # A gang that has waited this long for capacity gets a reservation (None: never).
     reservation_after_seconds: float | None = 60.0

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.core.cache import ClusterCache
+from gangsched.core.domains import candidate_domains, fallback_levels, slices_of, want_of
 from gangsched.core.gang import Gang, Holdings, shortfall
-from gangsched.core.model import GangMode, Pod
+from gangsched.core.model import DomainConstraint, GangMode, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.queue import Wake
 from gangsched.core.resources import ResourceList, format_amount
@@ -38,10 +39,29 @@ class Attempt:
     message: str = ""
     wake: Wake = Wake.CLUSTER
     unplaced: list[Pod] = field(default_factory=list)
+    domain: str = ""  # "level=value" the gang was placed in, when it asked for one
 
     @property
     def failed(self) -> bool:
         return bool(self.reason)
+
+
+@dataclass(slots=True)
+class _Placed:
+    """What one placement pass did: members placed per role, those left, the first why."""
+
+    by_role: Counter[str] = field(default_factory=Counter)
+    unplaced: list[Pod] = field(default_factory=list)
+    first_failure: str = ""
+
+
+def _asked_on_pods(pods: Sequence[Pod]) -> DomainConstraint:
+    """The topology a gang's members ask for on themselves (Kueue's podset annotations),
+    when its PodGroup says nothing: the first member's that asks."""
+    for p in pods:
+        if p.domain:
+            return p.domain
+    return DomainConstraint()
 
 
 def _default_order(gang: Gang, pods: Sequence[Pod]) -> Sequence[Pod]:
@@ -50,11 +70,16 @@ def _default_order(gang: Gang, pods: Sequence[Pod]) -> Sequence[Pod]:
 
 class GangCycle:
     def __init__(
-        self, cache: ClusterCache, finder: NodeFinder, order: MemberOrder = _default_order
+        self,
+        cache: ClusterCache,
+        finder: NodeFinder,
+        order: MemberOrder = _default_order,
+        levels: Sequence[str] = (),
     ) -> None:
         self._cache = cache
         self._finder = finder
         self._order = order
+        self._levels = list(levels)  # topology levels, largest domain first
 
     def run(self, gang: Gang, h: Holdings) -> Attempt:
         spec = gang.spec
@@ -99,45 +124,230 @@ class GangCycle:
             if short:
                 return Attempt(reason="Unschedulable", message=short)
 
-        snapshot = CycleSnapshot(self._cache)
-        placed_by_role: Counter[str] = Counter()
-        unplaced: list[Pod] = []
-        first_failure = ""
         members = self._order(gang, h.pending)
+        domain = spec.domain or _asked_on_pods(members)
+        if domain:
+            return self._in_domains(gang, h, members, need, domain)
+        snapshot = CycleSnapshot(self._cache)
+        placed = self._place(members, need, strict, None, snapshot)
+        return self._settle(gang, h, placed, snapshot, len(members))
+
+    # ---- placing members ---------------------------------------------------------------
+    def _place(
+        self,
+        members: Sequence[Pod],
+        need: int,
+        strict: bool,
+        within: Sequence[str] | None,
+        snapshot: CycleSnapshot,
+    ) -> _Placed:
+        """Place ``members`` one after another (on the nodes ``within``, when given)."""
+        out = _Placed()
         total = len(members)
         for i, pod in enumerate(members):
-            info = self._finder.find(pod)
+            info = self._finder.find(pod, within)
             if info is not None:
                 snapshot.place(pod.uid, info.name)
-                placed_by_role[pod.role] += 1
+                out.by_role[pod.role] += 1
                 continue
-            unplaced.append(pod)
-            if not first_failure:
-                first_failure = self._finder.diagnose(pod)
+            out.unplaced.append(pod)
+            if not out.first_failure:
+                out.first_failure = self._finder.diagnose(pod, within)
             if strict and len(snapshot) + (total - i - 1) < need:
-                unplaced.extend(members[i + 1 :])
+                out.unplaced.extend(members[i + 1 :])
                 break  # quorum is out of reach this cycle
+        return out
 
-        held_by_role = h.held_by_role + placed_by_role
+    def _settle(
+        self,
+        gang: Gang,
+        h: Holdings,
+        placed: _Placed,
+        snapshot: CycleSnapshot,
+        total: int,
+        where: str = "",
+    ) -> Attempt:
+        """Keep the placements when they reach quorum (or, NonStrict, when there are any);
+        otherwise undo them."""
+        spec = gang.spec
+        assert spec is not None
+        strict = spec.mode is GangMode.STRICT
+        held_by_role = h.held_by_role + placed.by_role
         left, left_roles = shortfall(
             spec, h.held + len(snapshot), held_by_role, gang.satisfied_once
         )
         satisfied = left == 0 and not left_roles
+        why = placed.first_failure
         if satisfied or (not strict and len(snapshot) > 0):
             placements = snapshot.commit()
-            attempt = Attempt(placements=placements, satisfied=satisfied, unplaced=unplaced)
-            if unplaced:
+            attempt = Attempt(
+                placements=placements, satisfied=satisfied, unplaced=placed.unplaced, domain=where
+            )
+            if placed.unplaced:
                 # what the gang holds now includes the placements it keeps
                 attempt.message = _unplaced_message(
-                    len(unplaced), total, spec.min_member, h.held + len(placements), first_failure
+                    len(placed.unplaced), total, spec.min_member, h.held + len(placements), why
                 )
             return attempt
         snapshot.rollback()
         return Attempt(
             reason="Unschedulable",
-            message=_unplaced_message(len(unplaced), total, spec.min_member, h.held, first_failure),
-            unplaced=unplaced,
+            message=_unplaced_message(len(placed.unplaced), total, spec.min_member, h.held, why),
+            unplaced=placed.unplaced,
         )
+
+    # ---- topology-aware placement ------------------------------------------------------
+    def _in_domains(
+        self, gang: Gang, h: Holdings, members: Sequence[Pod], need: int, c: DomainConstraint
+    ) -> Attempt:
+        """Place the gang inside one domain of its level (and each slice inside one domain of
+        the slice level): the tightest domain that holds it wins. Preferred levels fall back
+        to larger levels, then to anywhere; a required level does not."""
+        spec = gang.spec
+        assert spec is not None
+        strict = spec.mode is GangMode.STRICT
+        total = len(members)
+        held = self._held_nodes(gang)
+        notes: list[str] = []
+        best: tuple[int, str, str] | None = None  # (placed, where, why) of the best failure
+        for key in fallback_levels(c, self._levels):
+            if key is None:
+                snapshot = CycleSnapshot(self._cache)
+                placed = self._place_sliced(members, need, strict, None, snapshot, c)
+                attempt = self._settle(gang, h, placed, snapshot, total)
+                if attempt.failed and notes:
+                    attempt.message += "; " + "; ".join(notes)
+                return attempt
+            domains = self._cache.domain_nodes(key)
+            allowed = None
+            if held:
+                allowed = {v for n in held if (v := self._label(n, key)) is not None}
+            want = least_requests(members, need) if need > 0 else least_requests(members, 1)
+            found = candidate_domains(key, self._cache.domain_free(key), want, allowed)
+            if not found.order:
+                notes.append(found.why_none)
+                continue
+            for value in found.order:
+                snapshot = CycleSnapshot(self._cache)
+                nodes = domains.get(value, ())
+                placed = self._place_sliced(members, need, strict, nodes, snapshot, c)
+                where = f"{key}={value}"
+                count = len(snapshot)
+                if self._quorum(gang, h, placed, count):
+                    return self._settle(gang, h, placed, snapshot, total, where)
+                snapshot.rollback()
+                if best is None or count > best[0]:
+                    best = (count, where, placed.first_failure)
+            if best is not None:
+                notes.append(
+                    f"no {key} domain holds the gang: the best, {best[1]}, takes {best[0]} "
+                    f"of {total} pending member(s): {best[2]}"
+                )
+                best = None
+        level = c.required or c.preferred or c.slice_required
+        message = f"topology ({c.describe()}): " + "; ".join(notes)
+        if not strict and notes:
+            # NonStrict keeps what the best domain can take.
+            return self._nonstrict_best(gang, h, members, need, c, level, message)
+        return Attempt(reason="Unschedulable", message=message, unplaced=list(members))
+
+    def _nonstrict_best(
+        self,
+        gang: Gang,
+        h: Holdings,
+        members: Sequence[Pod],
+        need: int,
+        c: DomainConstraint,
+        level: str,
+        message: str,
+    ) -> Attempt:
+        """NonStrict gang that no domain holds whole: keep the placements of the domain that
+        takes the most members."""
+        domains = self._cache.domain_nodes(level)
+        best: tuple[int, str] | None = None
+        for value, nodes in sorted(domains.items()):
+            snapshot = CycleSnapshot(self._cache)
+            self._place_sliced(members, need, False, nodes, snapshot, c)
+            count = len(snapshot)
+            snapshot.rollback()
+            if count and (best is None or count > best[0]):
+                best = (count, value)
+        if best is None:
+            return Attempt(reason="Unschedulable", message=message, unplaced=list(members))
+        snapshot = CycleSnapshot(self._cache)
+        placed = self._place_sliced(members, need, False, domains[best[1]], snapshot, c)
+        attempt = self._settle(gang, h, placed, snapshot, len(members), f"{level}={best[1]}")
+        if attempt.message:
+            attempt.message += "; " + message
+        return attempt
+
+    def _place_sliced(
+        self,
+        members: Sequence[Pod],
+        need: int,
+        strict: bool,
+        within: Sequence[str] | None,
+        snapshot: CycleSnapshot,
+        c: DomainConstraint,
+    ) -> _Placed:
+        """Place the members, each slice inside one domain of the slice level when the
+        constraint has slices."""
+        if not c.slice_required:
+            return self._place(members, need, strict, within, snapshot)
+        key = c.slice_required
+        inside = None if within is None else frozenset(within)
+        out = _Placed()
+        domains = self._cache.domain_nodes(key)
+        for part in slices_of(c, members):
+            want = want_of(part.pods)
+            found = candidate_domains(key, self._cache.domain_free(key), want)
+            done = False
+            why = found.why_none
+            for value in found.order:
+                nodes = domains.get(value, ())
+                if inside is not None:
+                    nodes = tuple(n for n in nodes if n in inside)
+                    if not nodes:
+                        continue
+                mark = len(snapshot)
+                trial = CycleSnapshot(self._cache)
+                placed = self._place(part.pods, len(part.pods), True, nodes, trial)
+                if not placed.unplaced:
+                    for uid, node in trial.commit().items():
+                        snapshot.adopt(uid, node)
+                    out.by_role.update(placed.by_role)
+                    done = True
+                    break
+                trial.rollback()
+                assert len(snapshot) == mark
+                if not why:
+                    why = f"slice {part.name or '(unlabelled)'} fits in no {key} domain: " + (
+                        placed.first_failure
+                    )
+            if not done:
+                out.unplaced.extend(part.pods)
+                if not out.first_failure:
+                    out.first_failure = why or f"slice {part.name} fits in no {key} domain"
+        return out
+
+    def _quorum(self, gang: Gang, h: Holdings, placed: _Placed, count: int) -> bool:
+        spec = gang.spec
+        assert spec is not None
+        left, left_roles = shortfall(
+            spec, h.held + count, h.held_by_role + placed.by_role, gang.satisfied_once
+        )
+        return left == 0 and not left_roles
+
+    def _held_nodes(self, gang: Gang) -> set[str]:
+        """The nodes of the gang's members counted somewhere (bound or reserved)."""
+        node_of = self._cache.node_of
+        return {n for uid in gang.members if (n := node_of(uid))}
+
+    def _label(self, node: str, key: str) -> str | None:
+        info = self._cache.nodes.get(node)
+        if info is None or info.node is None:
+            return None
+        return info.node.labels.get(key)
 
     def _prefilter(self, gang: Gang, h: Holdings, need: int) -> str:
         """Could the ``need`` members still missing (and minResources) fit in the cluster's

@@ -14,6 +14,7 @@ from gangsched.core.resources import ResourceList
 
 __all__ = [
     "AffinityTerm",
+    "DomainConstraint",
     "GangMode",
     "GangSpec",
     "HostPort",
@@ -211,6 +212,47 @@ class Node:
         return (tuple(sorted(self.labels.items())), self.taints, self.unschedulable, self.ready)
 
 
+@dataclass(frozen=True, slots=True)
+class DomainConstraint:
+    """Topology-aware gang placement: where, in the nodes' topology, a gang must (or should)
+    be placed. Levels are node label keys (a domain is one value of the key); the operator's
+    ``topologyLevels`` setting orders them from the largest to the smallest.
+
+    ``required``: every member in one domain of that level, or the gang waits.
+    ``preferred``: one domain of that level if any can hold the gang, else one domain of the
+    next larger configured level, and so on, else anywhere.
+    ``slice_required``: the gang is cut into slices (members sharing the value of the pod
+    label ``slice_label``, or runs of ``slice_size`` members in completion-index order) and
+    each slice is placed in one domain of that level (inside the gang's domain, if any).
+    Among the domains that can hold a gang (or a slice) the tightest is taken: the one with
+    the least free capacity left over, so large domains stay whole for large gangs."""
+
+    required: str = ""
+    preferred: str = ""
+    slice_required: str = ""
+    slice_label: str = ""
+    slice_size: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.required or self.preferred or self.slice_required)
+
+    def describe(self) -> str:
+        """The constraint as a user wrote it, for messages."""
+        parts = []
+        if self.required:
+            parts.append(f"required {self.required}")
+        if self.preferred:
+            parts.append(f"preferred {self.preferred}")
+        if self.slice_required:
+            by = (
+                f"pod label {self.slice_label}"
+                if self.slice_label
+                else f"{self.slice_size} members"
+            )
+            parts.append(f"slices ({by}) required {self.slice_required}")
+        return ", ".join(parts)
+
+
 @dataclass(slots=True)
 class Pod:
     uid: str
@@ -248,6 +290,12 @@ class Pod:
     # The devices this pod's GPUs were recorded on (Koordinator's device-allocated
     # annotation), by index; empty when none is recorded.
     gpu_devices: tuple[int, ...] = ()
+    # Topology-aware placement asked for on the pod itself (Kueue's podset topology
+    # annotations); the gang's own ``GangSpec.domain`` wins when it has one.
+    domain: DomainConstraint = field(default_factory=DomainConstraint)
+    # The pod's index in its Job (batch.kubernetes.io/job-completion-index), -1 when none:
+    # slices of ``slice_size`` members are cut in this order.
+    index: int = -1
     # What the pod asks of GPU devices; always derived from ``requests`` (core/gpu.py). A
     # request that cannot be honoured sets ``invalid_reason``.
     gpu: GpuDemand | None = field(default=None, init=False, compare=False)
@@ -311,6 +359,8 @@ class GangSpec:
     roles: tuple[RoleSpec, ...] = ()
     gang_group: tuple[str, ...] = ()  # keys of gangs that must all be satisfied together
     topology: TopologySpec = field(default_factory=TopologySpec)
+    # Topology-aware placement of the whole gang (and of its slices) in the nodes' topology.
+    domain: DomainConstraint = field(default_factory=DomainConstraint)
     # After the gang has once been satisfied, replacement members schedule on their own.
     once_satisfied_alone: bool = True
     # Spec errors found while translating; a gang with an error is never scheduled.

@@ -176,8 +176,9 @@ class NodeFinder:
         return ""
 
     # ---- the hot path ------------------------------------------------------------------
-    def find(self, pod: Pod) -> NodeInfo | None:
-        """The best feasible node for ``pod`` in the cache as it stands, or None."""
+    def find(self, pod: Pod, within: Sequence[str] | None = None) -> NodeInfo | None:
+        """The best feasible node for ``pod`` in the cache as it stands, or None. ``within``
+        narrows the search to those nodes (a topology domain)."""
         self._finds += 1
         self._refresh()
         verdicts = self._verdicts.setdefault(pod.placement, {})
@@ -193,9 +194,11 @@ class NodeFinder:
         found = 0
         feasible: list[tuple[NodeInfo, float]] = []
         dynamic = (
-            self._indexed if pod.gpu is not None and not pod.placement.node_name else self._dynamic
+            self._indexed
+            if pod.gpu is not None and not pod.placement.node_name and within is None
+            else self._dynamic
         )
-        for info in self._candidates(pod):
+        for info in self._candidates(pod) if within is None else self._within(pod, within):
             if not self._feasible(pod, info, verdicts, dynamic):
                 continue
             if stateful and not all(f.filter_with(pod, info, state).ok for f in stateful):
@@ -236,17 +239,17 @@ class NodeFinder:
             active.append(plugin)
         return active, None
 
-    def diagnose(self, pod: Pod) -> str:
+    def diagnose(self, pod: Pod, within: Sequence[str] | None = None) -> str:
         """Why no node fits, kube-scheduler style: '0/3 nodes are available: 2 Insufficient
-        nvidia.com/gpu, 1 node(s) had untolerated taint {k: v}.' Walks every node; call it only
-        on failure."""
+        nvidia.com/gpu, 1 node(s) had untolerated taint {k: v}.' Walks every node (or those
+        ``within``); call it only on failure."""
         self._refresh()
         verdicts = self._verdicts.setdefault(pod.placement, {})
         state = CycleState()
         stateful, failed = self._pre_filter(pod, state)
         reasons: Counter[str] = Counter()
         total = 0
-        for name in self._order:
+        for name in self._order if within is None else within:
             info = self._cache.nodes.get(name)
             if info is None or info.node is None:
                 continue
@@ -314,6 +317,30 @@ class NodeFinder:
         if demand is not None:
             return self._cache.gpu_candidates(demand, self._emptiest_first)
         return self._rotating()
+
+    def _within(self, pod: Pod, names: Sequence[str]) -> Iterable[NodeInfo]:
+        """The nodes of a domain: for a GPU pod those with room on devices, tightest first
+        (emptiest first when spreading), as the GPU index would order them."""
+        nodes = self._cache.nodes
+        wanted = pod.placement.node_name
+        infos = [
+            info
+            for n in names
+            if (not wanted or n == wanted)
+            and (info := nodes.get(n)) is not None
+            and info.node is not None
+        ]
+        demand = pod.gpu
+        if demand is None or wanted:
+            return infos
+        whole = demand.milli >= 1000
+        least = demand.count if whole else demand.milli
+        rank = self._cache.gpu_rank
+        ranked = [
+            (r, i, info) for i, info in enumerate(infos) if (r := rank(info.name, whole)) >= least
+        ]
+        ranked.sort(key=lambda x: (-x[0] if self._emptiest_first else x[0], x[1]))
+        return [info for _, _, info in ranked]
 
     def _rotating(self) -> Iterable[NodeInfo]:
         order = self._order

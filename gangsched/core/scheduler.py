@@ -141,7 +141,10 @@ class Scheduler:
         self.permit = PermitMap()
         self.finder = finder or build_finder(self.cache, config, self._spec_of)
         self.cycle = GangCycle(
-            self.cache, self.finder, member_order or (lambda g, pods: bucket_order(g.spec, pods))
+            self.cache,
+            self.finder,
+            member_order or (lambda g, pods: bucket_order(g.spec, pods)),
+            config.topology_levels,
         )
         self.gangs: dict[str, Gang] = {}
         self.specs: dict[str, GangSpec] = {}

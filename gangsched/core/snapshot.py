@@ -23,6 +23,10 @@ class CycleSnapshot:
         self.cache.assume(uid, node)
         self._placed[uid] = node
 
+    def adopt(self, uid: str, node: str) -> None:
+        """Take over a placement another snapshot made and committed (already assumed)."""
+        self._placed[uid] = node
+
     def __len__(self) -> int:
         return len(self._placed)
 
