@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gangsched.kube.topology import podgroup_domain
+
 CRD_PATH = Path(__file__).resolve().parents[1] / "crds" / "podgroups.gangsched.io.yaml"
 Schema = dict[str, Any]
 
@@ -227,6 +229,7 @@ def test_spec_fields(spec: Schema) -> None:
         "roles",
         "gangGroup",
         "topology",
+        "topologyPlacement",
     }
 
 
@@ -391,6 +394,38 @@ def test_topology(spec: Schema) -> None:
 
 
 # ----------------------------------------------------------------------------------- status
+
+
+@pytest.mark.parametrize(
+    ("key", "ok"),
+    [
+        ("example.com/rack", True),
+        ("kubernetes.io/hostname", True),
+        ("rack", True),
+        ("cloud.google.com/gke-nodepool", True),
+        ("Example.com/rack", False),
+        ("example.com/", False),
+        ("/rack", False),
+        ("rack!", False),
+        ("a/b/c", False),
+    ],
+)
+def test_topology_placement_keys_agree_with_the_scheduler(spec: Schema, key: str, ok: bool) -> None:
+    """The CRD's label-key pattern and the scheduler's own check accept the same keys."""
+    placement = spec["properties"]["topologyPlacement"]
+    for node in (
+        placement["properties"]["required"],
+        placement["properties"]["preferred"],
+        placement["properties"]["slices"]["properties"]["podLabel"],
+        placement["properties"]["slices"]["properties"]["required"],
+    ):
+        assert bool(re.match(node["pattern"], key)) is ok, (node["pattern"], key)
+    try:
+        podgroup_domain({"required": key})
+        parsed = True
+    except ValueError:
+        parsed = False
+    assert parsed is ok
 
 
 def test_status_fields(status: Schema) -> None:

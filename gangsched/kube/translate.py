@@ -56,6 +56,7 @@ from gangsched.core.resources import (
 from gangsched.kube import labels as lbl
 from gangsched.kube.gpushare import GpuLabels, devices_from
 from gangsched.kube.membership import Membership, resolve_membership, scheduling_group
+from gangsched.kube.topology import completion_index, kueue_domain, podgroup_domain
 
 __all__ = [
     "SpecError",
@@ -807,9 +808,13 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
     def refused() -> None:
         unsupported[:0] = _unsupported_fields(spec)
 
+    def topology() -> None:
+        pod.index = completion_index(annotations, labels)
+        pod.domain = kueue_domain(annotations)
+
     # Each part on its own, so that one bad field leaves the others read (a bound pod with a
     # bad spread constraint still holds its host ports) and every problem is reported.
-    for part in (resources, constraints, ports, gates, volumes, refused):
+    for part in (resources, constraints, ports, gates, volumes, refused, topology):
         try:
             part()
         except (QuantityError, SpecError, TypeError, ValueError) as e:
@@ -863,6 +868,7 @@ def _podgroup_from(obj: Obj) -> GangSpec:
         preempt = _preempts(spec.get("preemptionPolicy"), "spec.preemptionPolicy")
         on_loss = _on_member_loss(spec.get("onMemberLoss"), "spec.onMemberLoss")
         runtime = _runtime(spec.get("expectedRuntimeSeconds"), "spec.expectedRuntimeSeconds")
+        domain = podgroup_domain(spec.get("topologyPlacement"))
         return GangSpec(
             key=key,
             min_member=min_member,
@@ -886,6 +892,7 @@ def _podgroup_from(obj: Obj) -> GangSpec:
                     for a in _list(topo.get("antiAffinity"), "topology.antiAffinity")
                 ),
             ),
+            domain=domain,
             once_satisfied_alone=once != "Gang",
             preempt=preempt,
             expected_runtime_seconds=runtime,

@@ -24,12 +24,13 @@ not served answers 404 and is looked for again every minute): :data:`VERSIONS`, 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from gangsched.core.model import GangSpec
 from gangsched.core.status import GroupStatus
 from gangsched.kube.events import rfc3339
+from gangsched.kube.topology import upstream_domain
 from gangsched.kube.translate import timestamp
 
 __all__ = [
@@ -106,7 +107,13 @@ def upstream_podgroup_from(obj: Mapping[str, Any]) -> GangSpec:
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         return GangSpec(key, created=created, invalid_reason="spec: missing")
-    return _policy(spec.get("schedulingPolicy"), key, created)
+    gang = _policy(spec.get("schedulingPolicy"), key, created)
+    if gang.invalid_reason:
+        return gang
+    try:
+        return replace(gang, domain=upstream_domain(spec))
+    except ValueError as e:
+        return GangSpec(key, created=created, invalid_reason=str(e))
 
 
 def podgroup_condition(

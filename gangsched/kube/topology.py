@@ -1,0 +1,154 @@
+"""Topology-aware placement as each convention writes it, read into a ``DomainConstraint``.
+
+- gangsched's PodGroup: ``spec.topologyPlacement`` with ``required`` or ``preferred`` (a node
+  label key) and optional ``slices: {podLabel | size, required}``.
+- The upstream PodGroup (``scheduling.k8s.io``, gate TopologyAwareWorkloadScheduling):
+  ``spec.schedulingConstraints.topology[0].key``, every member in one domain of it (required).
+- Kueue's podset annotations on the pods: ``kueue.x-k8s.io/podset-required-topology``,
+  ``podset-preferred-topology``, ``podset-slice-required-topology`` with ``podset-slice-size``.
+
+Every reader raises ``ValueError`` naming the field for what it cannot honour.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Final
+
+from gangsched.core.model import DomainConstraint
+
+__all__ = [
+    "COMPLETION_INDEX",
+    "KUEUE_PREFERRED",
+    "KUEUE_REQUIRED",
+    "KUEUE_SLICE_REQUIRED",
+    "KUEUE_SLICE_SIZE",
+    "completion_index",
+    "kueue_domain",
+    "podgroup_domain",
+    "upstream_domain",
+]
+
+KUEUE_REQUIRED: Final = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED: Final = "kueue.x-k8s.io/podset-preferred-topology"
+KUEUE_SLICE_REQUIRED: Final = "kueue.x-k8s.io/podset-slice-required-topology"
+KUEUE_SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
+COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+
+_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _label_key(v: object, field: str) -> str:
+    """A node or pod label key (an optional DNS-subdomain prefix, '/', a name of at most 63
+    characters), as Kubernetes validates one."""
+    if not isinstance(v, str) or not v:
+        raise ValueError(f"{field}: expected a label key, got {v!r}")
+    prefix, slash, name = v.rpartition("/")
+    if (slash and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix))) or not (
+        _NAME.match(name)
+    ):
+        raise ValueError(f"{field}: {v!r} is not a valid label key")
+    return v
+
+
+def _only(raw: Mapping[str, object], allowed: tuple[str, ...], field: str) -> None:
+    unknown = sorted(k for k in raw if k not in allowed)
+    if unknown:
+        raise ValueError(f"{field}: unknown field(s) {unknown}; known: {list(allowed)}")
+
+
+def podgroup_domain(raw: object, field: str = "spec.topologyPlacement") -> DomainConstraint:
+    """gangsched's ``spec.topologyPlacement``; absent (None) is no constraint."""
+    if raw is None:
+        return DomainConstraint()
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{field}: expected an object, got {raw!r}")
+    _only(raw, ("required", "preferred", "slices"), field)
+    required = raw.get("required")
+    preferred = raw.get("preferred")
+    if required is not None and preferred is not None:
+        raise ValueError(f"{field}: set at most one of required and preferred")
+    out = DomainConstraint(
+        required=_label_key(required, f"{field}.required") if required is not None else "",
+        preferred=_label_key(preferred, f"{field}.preferred") if preferred is not None else "",
+    )
+    slices = raw.get("slices")
+    if slices is None:
+        return out
+    where = f"{field}.slices"
+    if not isinstance(slices, Mapping):
+        raise ValueError(f"{where}: expected an object, got {slices!r}")
+    _only(slices, ("podLabel", "size", "required"), where)
+    label, size = slices.get("podLabel"), slices.get("size")
+    if (label is None) == (size is None):
+        raise ValueError(f"{where}: set exactly one of podLabel and size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"{where}.size: expected an integer >= 1, got {size!r}")
+    return DomainConstraint(
+        required=out.required,
+        preferred=out.preferred,
+        slice_required=_label_key(slices.get("required"), f"{where}.required"),
+        slice_label=_label_key(label, f"{where}.podLabel") if label is not None else "",
+        slice_size=size if isinstance(size, int) else 0,
+    )
+
+
+def upstream_domain(spec: Mapping[str, object]) -> DomainConstraint:
+    """The upstream PodGroup's ``spec.schedulingConstraints.topology`` (at most one entry):
+    all members in one domain of its key."""
+    raw = spec.get("schedulingConstraints")
+    if raw is None:
+        return DomainConstraint()
+    field = "spec.schedulingConstraints"
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{field}: expected an object, got {raw!r}")
+    topology = raw.get("topology")
+    if topology is None:
+        return DomainConstraint()
+    if not isinstance(topology, list):
+        raise ValueError(f"{field}.topology: expected a list, got {topology!r}")
+    if len(topology) > 1:
+        raise ValueError(f"{field}.topology: at most one entry, got {len(topology)}")
+    if not topology:
+        return DomainConstraint()
+    entry = topology[0]
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{field}.topology[0]: expected an object, got {entry!r}")
+    return DomainConstraint(required=_label_key(entry.get("key"), f"{field}.topology[0].key"))
+
+
+def kueue_domain(annotations: Mapping[str, str]) -> DomainConstraint:
+    """Kueue's podset topology annotations on a pod (its Job's pod template carries them)."""
+    field = "metadata.annotations"
+    required = annotations.get(KUEUE_REQUIRED)
+    preferred = annotations.get(KUEUE_PREFERRED)
+    slice_required = annotations.get(KUEUE_SLICE_REQUIRED)
+    if required is None and preferred is None and slice_required is None:
+        return DomainConstraint()
+    if required is not None and preferred is not None:
+        raise ValueError(f"{field}: set at most one of {KUEUE_REQUIRED} and {KUEUE_PREFERRED}")
+    size = 0
+    if slice_required is not None:
+        raw = annotations.get(KUEUE_SLICE_SIZE)
+        if raw is None:
+            raise ValueError(f"{field}[{KUEUE_SLICE_SIZE}]: required with {KUEUE_SLICE_REQUIRED}")
+        if not raw.isdigit() or int(raw) < 1:
+            raise ValueError(f"{field}[{KUEUE_SLICE_SIZE}]: expected an integer >= 1, got {raw!r}")
+        size = int(raw)
+    return DomainConstraint(
+        required=_label_key(required, f"{field}[{KUEUE_REQUIRED}]") if required else "",
+        preferred=_label_key(preferred, f"{field}[{KUEUE_PREFERRED}]") if preferred else "",
+        slice_required=(
+            _label_key(slice_required, f"{field}[{KUEUE_SLICE_REQUIRED}]") if slice_required else ""
+        ),
+        slice_size=size,
+    )
+
+
+def completion_index(annotations: Mapping[str, str], labels: Mapping[str, str]) -> int:
+    """The pod's index in an indexed Job, or -1 (none, or unreadable: the order then falls
+    back to pod names, which is not an error)."""
+    raw = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX, ""))
+    return int(raw) if raw.isdigit() else -1

@@ -1,0 +1,131 @@
+"""Topology-aware placement as each convention writes it: gangsched's spec.topologyPlacement,
+the upstream PodGroup's schedulingConstraints, Kueue's podset annotations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangsched.core.model import DomainConstraint
+from gangsched.kube.topology import completion_index, kueue_domain, podgroup_domain
+from gangsched.kube.translate import pod_from, podgroup_from
+from gangsched.kube.workloadapi import upstream_podgroup_from
+
+RACK = "example.com/rack"
+
+
+def podgroup(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "g", "namespace": "ml"}, "spec": {"minMember": 2, **spec}}
+
+
+def test_gangsched_topology_placement() -> None:
+    spec = podgroup_from(podgroup({"topologyPlacement": {"required": RACK}}))
+    assert spec.domain == DomainConstraint(required=RACK) and not spec.invalid_reason
+    raw = {
+        "preferred": "example.com/block",
+        "slices": {"podLabel": "jobset.sigs.k8s.io/job-key", "required": RACK},
+    }
+    assert podgroup_from(podgroup({"topologyPlacement": raw})).domain == DomainConstraint(
+        preferred="example.com/block",
+        slice_required=RACK,
+        slice_label="jobset.sigs.k8s.io/job-key",
+    )
+    sized = podgroup_domain({"slices": {"size": 4, "required": RACK}})
+    assert sized == DomainConstraint(slice_required=RACK, slice_size=4)
+    assert podgroup_from(podgroup({})).domain == DomainConstraint()
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"required": RACK, "preferred": RACK}, "at most one of required and preferred"),
+        ({"required": "bad key!"}, "spec.topologyPlacement.required: 'bad key!' is not a valid"),
+        ({"required": ""}, "spec.topologyPlacement.required: expected a label key"),
+        ({"rack": RACK}, "spec.topologyPlacement: unknown field(s) ['rack']"),
+        ({"slices": {"required": RACK}}, "exactly one of podLabel and size"),
+        ({"slices": {"size": 0, "required": RACK}}, "slices.size: expected an integer >= 1"),
+        ({"slices": {"size": 2}}, "spec.topologyPlacement.slices.required: expected a label"),
+        ("rack", "spec.topologyPlacement: expected an object"),
+    ],
+)
+def test_a_bad_topology_placement_makes_the_podgroup_invalid(raw: object, fragment: str) -> None:
+    spec = podgroup_from(podgroup({"topologyPlacement": raw}))
+    assert fragment in spec.invalid_reason
+
+
+def upstream(constraints: object) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": 4}}}
+    if constraints is not None:
+        spec["schedulingConstraints"] = constraints
+    return {"metadata": {"name": "pg", "namespace": "ml"}, "spec": spec}
+
+
+def test_upstream_scheduling_constraints_topology_is_required() -> None:
+    spec = upstream_podgroup_from(upstream({"topology": [{"key": RACK}]}))
+    assert spec.domain == DomainConstraint(required=RACK) and spec.min_member == 4
+    assert upstream_podgroup_from(upstream(None)).domain == DomainConstraint()
+    two = upstream_podgroup_from(upstream({"topology": [{"key": RACK}, {"key": "x"}]}))
+    assert "spec.schedulingConstraints.topology: at most one entry" in two.invalid_reason
+    bad = upstream_podgroup_from(upstream({"topology": [{"key": ""}]}))
+    assert "spec.schedulingConstraints.topology[0].key" in bad.invalid_reason
+
+
+def pod(annotations: dict[str, str], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ml",
+            "uid": "u",
+            "annotations": annotations,
+            "labels": labels or {},
+        },
+        "spec": {"schedulerName": "gangsched", "containers": [{"name": "c"}]},
+    }
+
+
+def test_kueue_podset_annotations_on_the_pod() -> None:
+    p, _ = pod_from(pod({"kueue.x-k8s.io/podset-required-topology": RACK}))
+    assert p.domain == DomainConstraint(required=RACK) and not p.invalid_reason
+    p, _ = pod_from(
+        pod(
+            {
+                "kueue.x-k8s.io/podset-preferred-topology": "example.com/block",
+                "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+                "kueue.x-k8s.io/podset-slice-size": "4",
+                "batch.kubernetes.io/job-completion-index": "6",
+            }
+        )
+    )
+    assert p.domain == DomainConstraint(
+        preferred="example.com/block", slice_required=RACK, slice_size=4
+    )
+    assert p.index == 6
+
+
+def test_bad_kueue_annotations_refuse_the_pod_naming_the_annotation() -> None:
+    p, _ = pod_from(pod({"kueue.x-k8s.io/podset-slice-required-topology": RACK}))
+    assert "kueue.x-k8s.io/podset-slice-size]: required" in p.invalid_reason
+    p, _ = pod_from(
+        pod(
+            {
+                "kueue.x-k8s.io/podset-slice-required-topology": RACK,
+                "kueue.x-k8s.io/podset-slice-size": "four",
+            }
+        )
+    )
+    assert "podset-slice-size]: expected an integer >= 1, got 'four'" in p.invalid_reason
+    with pytest.raises(ValueError, match="at most one of"):
+        kueue_domain(
+            {
+                "kueue.x-k8s.io/podset-required-topology": RACK,
+                "kueue.x-k8s.io/podset-preferred-topology": RACK,
+            }
+        )
+
+
+def test_completion_index_from_annotation_or_label() -> None:
+    assert completion_index({"batch.kubernetes.io/job-completion-index": "3"}, {}) == 3
+    assert completion_index({}, {"batch.kubernetes.io/job-completion-index": "2"}) == 2
+    assert completion_index({}, {}) == -1
+    assert completion_index({"batch.kubernetes.io/job-completion-index": "x"}, {}) == -1
