@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import BindGang, Decision, GangUnschedulable
+from gangsched.core.decisions import BindGang, Decision, GangUnschedulable, Preempt
 from gangsched.core.domains import candidate_domains, fallback_levels, slices_of
 from gangsched.core.model import DomainConstraint, GangMode, GangSpec, Node, Pod, PodPhase
 from gangsched.core.resources import GPU
@@ -295,3 +295,75 @@ def test_domain_totals_stay_equal_to_a_fresh_count(ops: list[tuple[str, int, int
     kept = {k: {r: v for r, v in f.items() if v} for k, f in cache.domain_free(RACK).items()}
     want = {k: {r: v for r, v in f.items() if v} for k, f in fresh.domain_free(RACK).items()}
     assert {k: v for k, v in kept.items() if v} == {k: v for k, v in want.items() if v}
+
+
+# ---- preemption and reservations go through the same placement -----------------------------
+def test_preemption_for_a_required_rack_evicts_in_one_rack_only() -> None:
+    """Both racks full of low-priority 1-GPU pods; a high-priority gang of 4 x 2 GPUs with a
+    required rack: the victims (and the nominated nodes) are all in one rack."""
+    nodes = [gpu_node(f"{r}n{i}", r) for r in ("r1", "r2") for i in range(2)]
+    s = scheduler(nodes)
+    for n in nodes:
+        for d in range(4):
+            low = replace(make_pod(f"low-{n.name}-{d}").cpu("1").gpus(1).obj(), priority=1)
+            s.pod_upsert(replace(low, node_name=n.name, phase=PodPhase.RUNNING))
+    s.gang_upsert(gang("hi", 4, domain=DomainConstraint(required=RACK)))
+    out = run(s, *(member(f"h{i}", "hi", gpus=2, priority=100) for i in range(4)))
+    (plan,) = [d for d in out if isinstance(d, Preempt)]
+    rack_of = {n.name: n.labels[RACK] for n in nodes}
+    assert len({rack_of[v.node] for v in plan.victims}) == 1
+    assert len(plan.victims) == 8
+    assert {rack_of[b.node] for b in plan.nominations} == {rack_of[plan.victims[0].node]}
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    racks=st.lists(st.integers(1, 3), min_size=1, max_size=4),
+    used=st.lists(st.integers(0, 4), max_size=12),
+    gangs=st.lists(
+        st.tuples(st.integers(1, 6), st.integers(1, 3), st.sampled_from(["req", "pref", "slc"])),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_required_gangs_and_slices_never_split(
+    racks: list[int], used: list[int], gangs: list[tuple[int, int, str]]
+) -> None:
+    """Whatever the racks, the GPUs already taken and the gangs: a gang with a required rack
+    binds inside one rack or not at all, each slice inside one rack, and no node is
+    over-committed."""
+    nodes = [gpu_node(f"r{r}n{i}", f"r{r}") for r, count in enumerate(racks) for i in range(count)]
+    s = scheduler(nodes)
+    taken: dict[str, int] = {}
+    for i, gpus in enumerate(used):
+        target = nodes[i % len(nodes)].name
+        if gpus and taken.get(target, 0) + gpus <= 4:
+            taken[target] = taken.get(target, 0) + gpus
+            x = make_pod(f"x{i}").cpu("1").gpus(gpus).obj()
+            s.pod_upsert(replace(x, node_name=target, phase=PodPhase.RUNNING))
+    pods: list[Pod] = []
+    kinds: dict[str, str] = {}
+    for g, (size, gpus, kind) in enumerate(gangs):
+        c = {
+            "req": DomainConstraint(required=RACK),
+            "pref": DomainConstraint(preferred=RACK),
+            "slc": DomainConstraint(slice_required=RACK, slice_size=2),
+        }[kind]
+        s.gang_upsert(gang(f"g{g}", size, domain=c))
+        kinds[f"ml/g{g}"] = kind
+        pods += [member(f"g{g}-{i}", f"g{g}", gpus=gpus, index=i) for i in range(size)]
+    out = run(s, *pods)
+    rack_of = {n.name: n.labels[RACK] for n in nodes}
+    for d in out:
+        if not isinstance(d, BindGang):
+            continue
+        kind = kinds[d.gang]
+        where = {b.pod.name: rack_of[b.node] for b in d.bindings}
+        if kind == "req":
+            assert len(set(where.values())) == 1, where
+        if kind == "slc":
+            for k in range(3):
+                part = {r for n, r in where.items() if int(n.rsplit("-", 1)[1]) // 2 == k}
+                assert len(part) <= 1, where
+    for info in s.cache.nodes.values():
+        assert info.requested.get(GPU, 0) <= info.allocatable(GPU)
