@@ -15,7 +15,16 @@ from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, Decision, GangUnschedulable, Preempt
 from gangsched.core.domains import candidate_domains, fallback_levels, slices_of
-from gangsched.core.model import DomainConstraint, GangMode, GangSpec, Node, Pod, PodPhase
+from gangsched.core.model import (
+    DomainConstraint,
+    GangMode,
+    GangSpec,
+    Node,
+    Pod,
+    PodPhase,
+    RoleSpec,
+    TopologySpec,
+)
 from gangsched.core.resources import GPU
 from gangsched.core.scheduler import Scheduler
 from tests.core.builders import make_node, make_pod
@@ -367,3 +376,24 @@ def test_required_gangs_and_slices_never_split(
                 assert len(part) <= 1, where
     for info in s.cache.nodes.values():
         assert info.requested.get(GPU, 0) <= info.allocatable(GPU)
+
+
+def test_task_topology_keeps_working_inside_the_chosen_rack() -> None:
+    """ps and workers with task-topology affinity, required rack: the gang lands in one rack
+    and its roles are bucketed together there (the ps shares a node with workers)."""
+    nodes = [gpu_node(f"{r}n{i}", r, gpus=8) for r in ("r1", "r2") for i in range(3)]
+    s = scheduler(nodes)
+    spec = gang(
+        "pw",
+        5,
+        domain=DomainConstraint(required=RACK),
+        roles=(RoleSpec("ps", 1), RoleSpec("worker", 4)),
+        topology=TopologySpec(affinity=(("ps", "worker"),)),
+    )
+    s.gang_upsert(spec)
+    pods = [member("ps-0", "pw", gpus=0, role="ps")]
+    pods += [member(f"w-{i}", "pw", gpus=2, role="worker") for i in range(4)]
+    where = placed(run(s, *pods))
+    assert len(where) == 5 and len(racks_of(s, where)) == 1
+    workers = {where[f"w-{i}"] for i in range(4)}
+    assert where["ps-0"] in workers
