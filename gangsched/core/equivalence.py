@@ -1,7 +1,7 @@
 """Equivalence classes of pending pods, and the failures they share.
 
 Pods of one class ask for the same things (requests, GPU demand, placement: node selector,
-node affinity, tolerations, node name; priority and preemption policy) and carry nothing that
+node affinity, tolerations, node name; priority and preemption policy; a topology level) and carry nothing that
 makes their fit depend on themselves alone (required inter-pod affinity, topology spread
 constraints, host ports, volumes). Where other pods' required anti-affinity terms, or default
 spread constraints, may select them, their namespace and labels are part of the class too.
@@ -52,6 +52,7 @@ def pod_class(pod: Pod, labelled: bool) -> PodClass | None:
         pod.placement,
         pod.priority,
         pod.preemption_policy,
+        pod.domain,  # a topology level keeps the pod off nodes without its label
     )
     if labelled:
         key += (pod.namespace, tuple(sorted(pod.labels.items())))

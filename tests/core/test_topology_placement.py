@@ -397,3 +397,16 @@ def test_task_topology_keeps_working_inside_the_chosen_rack() -> None:
     assert len(where) == 5 and len(racks_of(s, where)) == 1
     workers = {where[f"w-{i}"] for i in range(4)}
     assert where["ps-0"] in workers
+
+
+def test_a_plain_pod_with_a_required_level_shares_no_failure_with_one_without() -> None:
+    """Two identical plain pods, one asking for a rack (Kueue's annotation): the loose node
+    has no rack label, so only the pod without the annotation fits there."""
+    loose = make_node("loose").cpu("64").memory("256Gi").gpus(1).node()
+    s = scheduler([loose])
+    with_rack = replace(
+        make_pod("a").cpu("1").gpus(1).obj(), domain=DomainConstraint(required=RACK)
+    )
+    out = run(s, with_rack, make_pod("b").cpu("1").gpus(1).obj())
+    assert placed(out) == {"b": "loose"}
+    assert any(f"no ready node has the label {RACK}" in m for m in failures(out))
