@@ -233,7 +233,9 @@ class GangCycle:
                 placed = self._place_sliced(members, need, strict, nodes, snapshot, c)
                 where = f"{key}={value}"
                 count = len(snapshot)
-                if self._quorum(gang, h, placed, count):
+                # a gang already satisfied (need 0) takes a domain only where all its new
+                # members fit, so a recreated member is not parked in a full domain
+                if self._quorum(gang, h, placed, count) and (need > 0 or not placed.unplaced):
                     return self._settle(gang, h, placed, snapshot, total, where)
                 snapshot.rollback()
                 if best is None or count > best[0]:
@@ -309,7 +311,6 @@ class GangCycle:
                     nodes = tuple(n for n in nodes if n in inside)
                     if not nodes:
                         continue
-                mark = len(snapshot)
                 trial = CycleSnapshot(self._cache)
                 placed = self._place(part.pods, len(part.pods), True, nodes, trial)
                 if not placed.unplaced:
@@ -319,7 +320,6 @@ class GangCycle:
                     done = True
                     break
                 trial.rollback()
-                assert len(snapshot) == mark
                 if not why:
                     why = f"slice {part.name or '(unlabelled)'} fits in no {key} domain: " + (
                         placed.first_failure
