@@ -969,6 +969,10 @@ def _xk8s_podgroup_from(obj: Obj) -> GangSpec:
     keep = {
         k: spec[k] for k in ("minMember", "minResources", "scheduleTimeoutSeconds") if k in spec
     }
+    if keep.get("scheduleTimeoutSeconds") == 0:
+        # 0 is "not set" here: the MPI operator writes it by default and Kubeflow Trainer
+        # documents 0 as "the default timeout"; gangsched's own PodGroup refuses it.
+        del keep["scheduleTimeoutSeconds"]
     return _annotated(obj, _podgroup_from({"metadata": obj.get("metadata"), "spec": keep}))
 
 

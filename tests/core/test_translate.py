@@ -2603,7 +2603,8 @@ def test_xk8s_podgroup_minimal() -> None:
         ((("spec", "minMember"), 0), "spec.minMember"),
         ((("spec", "minMember"), "3"), "spec.minMember"),
         ((("spec", "minResources", "cpu"), "12Qi"), "spec.minResources.cpu"),
-        ((("spec", "scheduleTimeoutSeconds"), 0), "spec.scheduleTimeoutSeconds"),
+        ((("spec", "scheduleTimeoutSeconds"), -1), "spec.scheduleTimeoutSeconds"),
+        ((("spec", "scheduleTimeoutSeconds"), "60"), "spec.scheduleTimeoutSeconds"),
     ],
 )
 def test_invalid_xk8s_podgroup(change: tuple[Path, object], field: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from gangsched.core.model import DomainConstraint
 from gangsched.kube.topology import completion_index, kueue_domain, podgroup_domain
-from gangsched.kube.translate import pod_from, podgroup_from
+from gangsched.kube.translate import pod_from, podgroup_from, xk8s_podgroup_from
 from gangsched.kube.workloadapi import upstream_podgroup_from
 
 RACK = "example.com/rack"
@@ -129,3 +129,22 @@ def test_completion_index_from_annotation_or_label() -> None:
     assert completion_index({}, {"batch.kubernetes.io/job-completion-index": "2"}) == 2
     assert completion_index({}, {}) == -1
     assert completion_index({"batch.kubernetes.io/job-completion-index": "x"}, {}) == -1
+
+
+def test_scheduler_plugins_timeout_zero_means_the_default() -> None:
+    """The MPI operator writes scheduleTimeoutSeconds 0 by default and Kubeflow Trainer
+    documents 0 as the default timeout: on a scheduler-plugins PodGroup it is "not set"."""
+
+    obj = {
+        "metadata": {"name": "pi", "namespace": "ml"},
+        "spec": {"minMember": 5, "scheduleTimeoutSeconds": 0},
+    }
+    spec = xk8s_podgroup_from(obj)
+    assert not spec.invalid_reason and spec.timeout_seconds is None and spec.min_member == 5
+    obj["spec"] = {"minMember": 5, "scheduleTimeoutSeconds": 30}
+    assert xk8s_podgroup_from(obj).timeout_seconds == 30.0
+    # gangsched's own PodGroup still refuses 0
+    assert (
+        "scheduleTimeoutSeconds"
+        in podgroup_from(podgroup({"scheduleTimeoutSeconds": 0})).invalid_reason
+    )
