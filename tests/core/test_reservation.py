@@ -4,6 +4,8 @@ equal priority work backfills only capacity the reservation does not need, or en
 from __future__ import annotations
 
 from gangsched.core.config import CoreConfig
+from gangsched.core.model import DomainConstraint, PodPhase
+from tests.core.builders import make_node
 from tests.core.test_scheduler import Harness, binds, gpu_node, members, pod
 
 
@@ -141,3 +143,33 @@ def test_zero_gives_the_reservation_to_the_queue_head_at_its_first_failure() -> 
     h.run()
     r = h.s.reserve.current
     assert r is not None and r.gang == "ml/big"
+
+
+def test_a_reservation_for_a_required_rack_is_made_inside_one_rack() -> None:
+    """Racks ra (a0), rb (b0, b1), rc (c0) of 8-GPU nodes; small jobs on each, two on each
+    node of rb. A gang of 2 x 8 GPUs that needs one rack waits for rb's four small pods: its
+    reservation holds b0 and b1. Without the rack it would wait for fewer pods, across racks."""
+    rack = "example.com/rack"
+    layout = (("a0", "ra", 1), ("b0", "rb", 2), ("b1", "rb", 2), ("c0", "rc", 1))
+    chosen = {}
+    for required in ("", rack):
+        nodes = [
+            make_node(n).gpus(8).cpu("32").memory("128Gi").label(rack, r).node()
+            for n, r, _ in layout
+        ]
+        h = Harness(CoreConfig(reservation_after_seconds=60.0, backoff_max_seconds=1.0), *nodes)
+        for n, _, count in layout:
+            for j in range(count):
+                small = pod(f"s-{n}-{j}", gpus=1, node_name=n, phase=PodPhase.RUNNING)
+                h.add(small)
+        h.gang("ml/big", 2, domain=DomainConstraint(required=required))
+        h.add(*members("ml/big", 2, gpus=8, priority=0))
+        h.run()
+        h.advance(61)
+        h.run()
+        r = h.s.reserve.current
+        assert r is not None and r.gang == "ml/big"
+        chosen[required] = set(r.nodes)
+    racks = {n: r for n, r, _ in layout}
+    assert len({racks[n] for n in chosen[""]}) == 2  # the control: across racks
+    assert chosen[rack] == {"b0", "b1"}
