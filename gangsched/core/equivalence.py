@@ -1,10 +1,11 @@
 """Equivalence classes of pending pods, and the failures they share.
 
 Pods of one class ask for the same things (requests, GPU demand, placement: node selector,
-node affinity, tolerations, node name; priority and preemption policy; a topology level) and carry nothing that
-makes their fit depend on themselves alone (required inter-pod affinity, topology spread
-constraints, host ports, volumes). Where other pods' required anti-affinity terms, or default
-spread constraints, may select them, their namespace and labels are part of the class too.
+node affinity, tolerations, node name; priority and preemption policy; a topology level) and
+carry nothing that makes their fit depend on themselves alone (required inter-pod affinity,
+topology spread constraints, host ports, volumes). Where other pods' required anti-affinity
+terms, or default spread constraints, may select them, their namespace and labels are part of
+the class too.
 Two pods of one class fit on the same nodes of the same cluster: when one failed on the cache
 as it stands (``ClusterCache.generation``, which moves at any change a filter reads, and the
 same reservation), the next one fails the same way, with the same diagnosis. kube-scheduler

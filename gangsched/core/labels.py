@@ -8,11 +8,31 @@ API would have refused it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from gangsched.core.model import LabelSelector, PodAffinityTerm, Requirement
 
-__all__ = ["NamespaceLabels", "expression_matches", "selector_matches", "term_selects"]
+__all__ = [
+    "NamespaceLabels",
+    "expression_matches",
+    "selector_matches",
+    "term_selects",
+    "valid_label_key",
+]
+
+_KEY_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_KEY_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def valid_label_key(key: str) -> bool:
+    """A label key as Kubernetes validates one: an optional DNS-subdomain prefix (at most 253
+    characters) and '/', then a name of at most 63 characters."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _KEY_PREFIX.match(prefix)):
+        return False
+    return bool(_KEY_NAME.match(name))
+
 
 # Namespace name -> its labels (None when the namespace is unknown).
 NamespaceLabels = Callable[[str], Mapping[str, str] | None]

@@ -12,10 +12,10 @@ Every reader raises ``ValueError`` naming the field for what it cannot honour.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Final
 
+from gangsched.core.labels import valid_label_key
 from gangsched.core.model import DomainConstraint
 
 __all__ = [
@@ -36,19 +36,12 @@ KUEUE_SLICE_REQUIRED: Final = "kueue.x-k8s.io/podset-slice-required-topology"
 KUEUE_SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 
-_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
 
 def _label_key(v: object, field: str) -> str:
-    """A node or pod label key (an optional DNS-subdomain prefix, '/', a name of at most 63
-    characters), as Kubernetes validates one."""
+    """A node or pod label key, as Kubernetes validates one."""
     if not isinstance(v, str) or not v:
         raise ValueError(f"{field}: expected a label key, got {v!r}")
-    prefix, slash, name = v.rpartition("/")
-    if (slash and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix))) or not (
-        _NAME.match(name)
-    ):
+    if not valid_label_key(v):
         raise ValueError(f"{field}: {v!r} is not a valid label key")
     return v
 
