@@ -11,6 +11,12 @@ node), ``zone-spread`` (a DoNotSchedule topology spread constraint over
 port 29500, so members need distinct nodes). Uniform nodes carry hostname labels and are spread
 over ``--zones`` zones. ``--profile`` names the placement profile (settings
 ``placementProfile``: binpack, fgd or spread; see docs/placement.md).
+
+``--topology block=M,rack=N`` synthesises three topology levels over the nodes in inventory
+order (``example.com/block``, ``example.com/rack``, ``kubernetes.io/hostname``: racks of N
+nodes, M racks a block) and configures them as ``topologyLevels``; ``--gang-topology``
+gives every gang a required (or preferred) rack. The bench then checks where every bound gang
+landed and reports how many span more than one rack (``gangs_split_racks``).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Any
 from gangsched.core.clock import FakeClock
 from gangsched.core.decisions import BindGang, GangUnschedulable
 from gangsched.core.model import (
+    DomainConstraint,
     GangSpec,
     HostPort,
     LabelSelector,
@@ -40,6 +47,7 @@ from gangsched.core.model import (
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
 from gangsched.settings import Settings
+from gangsched.sim.topology import Racks, domains_spanned, synthesise
 
 __all__ = ["bench", "run_bench"]
 
@@ -50,6 +58,38 @@ CONSTRAINTS = ("none", "anti-affinity", "zone-spread", "host-port")
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
 GANG_LABEL = "bench/gang"
+BLOCK = "example.com/block"
+RACK = "example.com/rack"
+GANG_TOPOLOGIES = ("none", "required-rack", "preferred-rack")
+
+
+def parse_topology(text: str) -> Racks:
+    """``--topology``: ``rack=N`` (nodes a rack) and optionally ``block=M`` (racks a block)."""
+    sizes: dict[str, int] = {}
+    for part in text.split(","):
+        key, eq, value = part.strip().partition("=")
+        if not eq or key not in ("block", "rack") or key in sizes:
+            raise ValueError(f"--topology {text!r}: expected block=M,rack=N")
+        try:
+            sizes[key] = int(value)
+        except ValueError:
+            sizes[key] = 0
+        if sizes[key] < 1:
+            raise ValueError(f"--topology {text!r}: {key} wants a whole number >= 1")
+    if "rack" not in sizes:
+        raise ValueError(f"--topology {text!r}: rack=N (nodes a rack) is required")
+    block = sizes.get("block", 0)
+    return Racks(sizes["rack"], RACK, block, BLOCK if block else "")
+
+
+def _gang_domain(gang_topology: str) -> DomainConstraint:
+    if gang_topology == "required-rack":
+        return DomainConstraint(required=RACK)
+    if gang_topology == "preferred-rack":
+        return DomainConstraint(preferred=RACK)
+    if gang_topology == "none":
+        return DomainConstraint()
+    raise ValueError(f"unknown gang topology {gang_topology!r}; known: {GANG_TOPOLOGIES}")
 
 
 def _uniform_nodes(n: int, gpus: int, zones: int = 10) -> list[Node]:
@@ -90,9 +130,15 @@ def bench(
     gpus_per_pod: int,
     constraint: str = "none",
     profile: str = "binpack",
+    levels: tuple[str, ...] = (),
+    gang_topology: str = "none",
 ) -> dict[str, Any]:
     clock = FakeClock(1_000.0)
-    sched = Scheduler(Settings.model_validate({"placementProfile": profile}).core(), clock)
+    settings = {"placementProfile": profile, "topologyLevels": list(levels)}
+    sched = Scheduler(Settings.model_validate(settings).core(), clock)
+    domain = _gang_domain(gang_topology)
+    if domain and RACK not in levels:
+        raise ValueError("--gang-topology needs --topology (a rack level)")
     for node in nodes:
         sched.node_upsert(node)
     gangs = max(1, pods // gang_size)
@@ -103,10 +149,11 @@ def bench(
     cycle_ms: list[float] = []
     failed_ms: list[float] = []
     bound = 0
+    nodes_of: dict[str, list[str]] = {}  # gang -> the nodes its members were bound to
     t0 = time.perf_counter()
     for g in range(gangs):
         key = f"bench/gang-{g:06d}"
-        sched.gang_upsert(GangSpec(key, gang_size, created=float(g)))
+        sched.gang_upsert(GangSpec(key, gang_size, created=float(g), domain=domain))
         for i in range(gang_size):
             uid = f"{g:06d}-{i:03d}"
             pod = Pod(uid, "bench", f"gang-{g:06d}-{i}", dict(request), created=float(g), group=key)
@@ -128,9 +175,20 @@ def bench(
                 for b in d.bindings:
                     pod = by_uid[b.pod.uid]
                     sched.pod_upsert(replace(pod, node_name=b.node, phase=PodPhase.RUNNING))
+                    nodes_of.setdefault(pod.group, []).append(b.node)
                     bound += 1
     t_end = time.perf_counter()
     total = t_end - t0
+    topo: dict[str, Any] = {}
+    if levels:
+        labels = {n.name: n.labels for n in nodes}
+        topo = {
+            "topology_levels": ",".join(levels),
+            "gang_topology": gang_topology,
+            "gangs_split_racks": sum(
+                1 for ns in nodes_of.values() if domains_spanned(ns, labels, RACK) > 1
+            ),
+        }
     return {
         "nodes": len(nodes),
         "gpus": sum(n.allocatable.get(GPU, 0) for n in nodes),
@@ -151,6 +209,7 @@ def bench(
         else None,
         "gangs_unschedulable": len(failed_ms),
         "failed_gang_ms_mean": round(statistics.fmean(failed_ms), 3) if failed_ms else None,
+        **topo,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
@@ -165,8 +224,22 @@ def run_bench(args: argparse.Namespace) -> str:
     else:
         nodes = _uniform_nodes(args.nodes, args.gpus_per_node, args.zones)
         source = "uniform"
+    levels: tuple[str, ...] = ()
+    if args.topology:
+        racks = parse_topology(args.topology)
+        nodes = synthesise(nodes, racks)
+        levels = racks.levels
     runs = [
-        bench(nodes, args.pods, args.gang_size, args.gpus_per_pod, args.constraint, args.profile)
+        bench(
+            nodes,
+            args.pods,
+            args.gang_size,
+            args.gpus_per_pod,
+            args.constraint,
+            args.profile,
+            levels,
+            args.gang_topology,
+        )
         for _ in range(args.repeat)
     ]
     best = max(runs, key=lambda r: r["pods_per_second"])
@@ -184,6 +257,10 @@ def run_bench(args: argparse.Namespace) -> str:
         cmd += f" --constraint {args.constraint}"
     if args.profile != "binpack":
         cmd += f" --profile {args.profile}"
+    if args.topology:
+        cmd += f" --topology {args.topology}"
+    if args.gang_topology != "none":
+        cmd += f" --gang-topology {args.gang_topology}"
     best["command"] = cmd + (" --json" if args.json else "")
     if args.json:
         return json.dumps(best, sort_keys=True)

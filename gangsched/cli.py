@@ -15,10 +15,12 @@ def _simulate(args: argparse.Namespace) -> int:
     from gangsched.sim.workload import WorkloadError
 
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()] if args.profiles else None
-    many = args.seeds is not None or bool(profiles)
+    variants = args.gang_topology.split(",") if args.gang_topology else None
+    many = args.seeds is not None or bool(profiles) or bool(variants)
     if many and (args.plot or args.all):
         print(
-            "gangsched simulate: --plot and --all show one run: leave out --seeds and --profiles",
+            "gangsched simulate: --plot and --all show one run: leave out --seeds, --profiles "
+            "and --gang-topology",
             file=sys.stderr,
         )
         return 2
@@ -30,6 +32,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 profiles=profiles,
                 as_json=args.json,
                 until=args.until,
+                gang_topology=variants,
             )
         else:
             code, text, _ = simulate(
@@ -61,7 +64,11 @@ def _positive(text: str) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from gangsched.bench import run_bench
 
-    print(run_bench(args))
+    try:
+        print(run_bench(args))
+    except ValueError as e:
+        print(f"gangsched bench: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -86,6 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="P1,P2",
         help="run once per placement profile (settings placementProfile), side by side",
     )
+    s.add_argument(
+        "--gang-topology",
+        metavar="V1,V2",
+        help="run once per variant (none, required=LEVEL, preferred=LEVEL) with every gang's "
+        "topologyPlacement replaced, side by side",
+    )
     s.set_defaults(func=_simulate)
 
     b = sub.add_parser("bench", help="in-process scheduling benchmark")
@@ -108,6 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("binpack", "fgd", "spread"),
         default="binpack",
         help="placement profile (settings placementProfile; see docs/placement.md)",
+    )
+    b.add_argument(
+        "--topology",
+        metavar="block=M,rack=N",
+        help="synthesised levels block/rack/hostname: racks of N nodes, M racks a block",
+    )
+    b.add_argument(
+        "--gang-topology",
+        choices=("none", "required-rack", "preferred-rack"),
+        default="none",
+        help="every gang's topology placement (needs --topology)",
     )
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)

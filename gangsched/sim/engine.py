@@ -65,6 +65,8 @@ class SimResult:
     gpu_seconds_lost: float = 0.0  # over victims: GPUs x how long they had run when evicted
     pods_recreated: int = 0  # evicted pods made again by their (simulated) controller
     gpu: GpuTally | None = None  # the devices at the end of the run, and the key moments
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> its labels
+    topology_levels: tuple[str, ...] = ()  # the configured topology levels, largest first
 
 
 @dataclass(slots=True)
@@ -254,6 +256,8 @@ class Simulation:
             gpu_seconds_lost=self.gpu_seconds_lost,
             pods_recreated=self._recreated,
             gpu=self.gpu,
+            node_labels={name: dict(n.labels) for name, n in self.nodes.items()},
+            topology_levels=self.config.topology_levels,
         )
 
     # ---- events ------------------------------------------------------------------------

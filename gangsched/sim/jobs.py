@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gangsched.core.gpu import GPU, MILLI
 from gangsched.core.model import (
+    DomainConstraint,
     GangMode,
     GangSpec,
     Node,
@@ -20,6 +21,7 @@ from gangsched.core.model import (
     TopologySpec,
 )
 from gangsched.core.resources import CPU, MEMORY, PODS
+from gangsched.sim.topology import synthesise
 from gangsched.sim.traces import TraceError, TraceTask, read_trace_nodes, read_trace_tasks
 from gangsched.sim.workload import NodeDef, TraceNodes, TracePods, Workload, resolve_trace
 
@@ -82,6 +84,8 @@ def build_nodes(w: Workload, base: Path) -> list[Node]:
     names = [n.name for n in nodes]
     if len(set(names)) != len(names):
         raise ValueError("node names must be unique")
+    if w.node_topology is not None:
+        nodes = synthesise(nodes, w.node_topology.racks())
     return nodes
 
 
@@ -125,6 +129,9 @@ def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
                 affinity=tuple(tuple(x) for x in g.topology.get("affinity", [])),
                 anti_affinity=tuple(tuple(x) for x in g.topology.get("antiAffinity", [])),
             ),
+            domain=g.topology_placement.constraint()
+            if g.topology_placement
+            else DomainConstraint(),
         )
         pods: list[Pod] = []
         for t in g.pods:
@@ -143,6 +150,8 @@ def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
                         group=key,
                         role=t.role,
                         preemption_policy=g.preemption_policy,
+                        labels=dict(t.labels),
+                        index=i,  # as a Job's completion index: slices of ``size`` go in order
                     )
                 )
         jobs.append(SimJob(key, g.arrival, g.duration, pods, spec))

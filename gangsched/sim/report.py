@@ -8,10 +8,22 @@ import statistics
 from typing import Any
 
 from gangsched.core.gpu import MILLI
+from gangsched.core.model import DomainConstraint
 from gangsched.core.plugins.task_topology import relations
 from gangsched.sim.engine import GpuMoment, GpuTally, SimResult
+from gangsched.sim.jobs import SimJob
+from gangsched.sim.topology import domains_spanned
 
-__all__ = ["SIZE_CLASSES", "format_summary", "format_table", "plot", "summary"]
+__all__ = [
+    "SIZE_CLASSES",
+    "format_summary",
+    "format_table",
+    "plot",
+    "split_gangs",
+    "summary",
+    "topology_figures",
+    "wait_by_topology",
+]
 
 # Jobs (a gang, or a plain pod) by the milli-GPUs they ask for in all: (label, lowest,
 # highest). "<1" is a share of one GPU; one GPU is the stream of small jobs; 2-8 fits on one
@@ -72,6 +84,7 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "gpu_seconds_lost": round(r.gpu_seconds_lost, 3),
         "permit_timeouts": r.timeouts,
         "cross_node_affine_pairs": cross_node_affine_pairs(r),
+        **topology_figures(r),
         "cycles": r.cycles,
         "sim_seconds": round(r.sim_seconds, 3),
         "wall_seconds": round(r.wall_seconds, 3),
@@ -126,23 +139,80 @@ def cross_node_affine_pairs(r: SimResult) -> int:
     return total
 
 
+def topology_figures(r: SimResult) -> dict[str, Any]:
+    """The topology figures, when levels are configured or a gang asks for a domain."""
+    if not r.topology_levels and not any(j.spec and j.spec.domain for j in r.jobs):
+        return {}
+    return {"split_gangs": split_gangs(r), "wait_by_topology": wait_by_topology(r)}
+
+
+def split_gangs(r: SimResult) -> dict[str, dict[str, float]]:
+    """Per configured topology level: the gangs bound (started at least once), how many of
+    them have members in more than one domain of the level, and that share. A gang's
+    members are counted where they were last bound."""
+    placed: list[list[str]] = []
+    for j in r.jobs:
+        if j.spec is None or j.first_started is None:
+            continue
+        placed.append([r.placements[u] for u in j.bound_pods if u in r.placements])
+    out: dict[str, dict[str, float]] = {}
+    for level in r.topology_levels:
+        split = sum(1 for ns in placed if domains_spanned(ns, r.node_labels, level) > 1)
+        out[level] = {
+            "gangs": len(placed),
+            "split": split,
+            "share": round(split / len(placed), 4) if placed else 0.0,
+        }
+    return out
+
+
+def wait_by_topology(r: SimResult) -> dict[str, dict[str, float]]:
+    """Over all gangs (``all``) and per kind of topology placement they asked for
+    (``required``, ``preferred``, ``slices`` for slices alone, ``none``): how many gangs,
+    how many started, their mean and p50/p99/max wait (over the started ones), and how many
+    were still waiting at the end of the run. Keyed by kind, not level."""
+    gangs = [j for j in r.jobs if j.spec is not None]
+    groups: dict[str, list[SimJob]] = {"all": gangs} if gangs else {}
+    for j in gangs:
+        assert j.spec is not None
+        groups.setdefault(_placement_kind(j.spec.domain), []).append(j)
+    out: dict[str, dict[str, float]] = {}
+    for kind, jobs in groups.items():
+        waits = [j.waited for j in jobs if j.first_started is not None]
+        mean = round(statistics.fmean(waits), 3) if waits else 0.0
+        figures = _wait_of(jobs)
+        out[kind] = {"jobs": figures.pop("jobs"), "wait_mean": mean, **figures}
+    return out
+
+
+def _placement_kind(d: DomainConstraint) -> str:
+    if d.required:
+        return "required"
+    if d.preferred:
+        return "preferred"
+    return "slices" if d.slice_required else "none"
+
+
+def _wait_of(jobs: list[SimJob]) -> dict[str, float]:
+    waits = [j.waited for j in jobs if j.first_started is not None]
+    return {
+        "jobs": len(jobs),
+        "started": len(waits),
+        "wait_p50": round(_pct(waits, 0.5), 3) if waits else 0.0,
+        "wait_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
+        "wait_max": round(max(waits), 3) if waits else 0.0,
+        "still_waiting": sum(1 for j in jobs if j.started is None and j.finished is None),
+    }
+
+
 def _wait_by_class(r: SimResult) -> dict[str, dict[str, float]]:
     """Per size class with jobs: how many, how many started, their wait p50/p99/max (over
     the started ones), and how many were still waiting at the end of the run."""
     out: dict[str, dict[str, float]] = {}
     for label, lo, hi in SIZE_CLASSES:
         jobs = [j for j in r.jobs if lo <= j.gpu_milli <= hi]
-        if not jobs:
-            continue
-        waits = [j.waited for j in jobs if j.first_started is not None]
-        out[label] = {
-            "jobs": len(jobs),
-            "started": len(waits),
-            "wait_p50": round(_pct(waits, 0.5), 3) if waits else 0.0,
-            "wait_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
-            "wait_max": round(max(waits), 3) if waits else 0.0,
-            "still_waiting": sum(1 for j in jobs if j.started is None and j.finished is None),
-        }
+        if jobs:
+            out[label] = _wait_of(jobs)
     return out
 
 

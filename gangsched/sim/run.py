@@ -14,9 +14,20 @@ from gangsched.sim.engine import SimResult, Simulation
 from gangsched.sim.jobs import build_jobs, build_nodes, capacity_milli
 from gangsched.sim.report import format_summary, format_table, plot, summary
 from gangsched.sim.spread import format_spread, spread
-from gangsched.sim.workload import Workload, WorkloadError, load_workload
+from gangsched.sim.workload import (
+    TopologyPlacementDef,
+    Workload,
+    WorkloadError,
+    load_workload,
+)
 
-__all__ = ["core_config_from", "simulate", "simulate_many"]
+__all__ = [
+    "core_config_from",
+    "gang_topology_variant",
+    "settings_of",
+    "simulate",
+    "simulate_many",
+]
 
 _SETTING_NAMES = {
     "defaultScheduleTimeoutSeconds": "default_schedule_timeout_seconds",
@@ -32,6 +43,7 @@ _SETTING_NAMES = {
     "filters": "filters",
     "placementProfile": "placement_profile",
     "gpuRequestWindow": "gpu_request_window",
+    "topologyLevels": "topology_levels",
 }
 
 
@@ -51,6 +63,15 @@ def core_config_from(settings: dict[str, Any]) -> CoreConfig:
         raise WorkloadError("invalid settings:\n" + "\n".join(lines)) from None
 
 
+def settings_of(w: Workload, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The scheduling settings of a run: ``settings`` (else the workload's own), with
+    ``topologyLevels`` from the synthesised racks when they do not name the levels."""
+    out = dict(w.settings if settings is None else settings)
+    if w.node_topology is not None and "topologyLevels" not in out:
+        out["topologyLevels"] = list(w.node_topology.racks().levels)
+    return out
+
+
 def _run(
     w: Workload, base: Path, until: float | None, settings: dict[str, Any] | None = None
 ) -> tuple[SimResult, dict[str, Any]]:
@@ -61,7 +82,7 @@ def _run(
     sim = Simulation(
         nodes,
         jobs,
-        core_config_from(w.settings if settings is None else settings),
+        core_config_from(settings_of(w, settings)),
         until=until,
         grace=w.termination_grace_period_seconds,
     )
@@ -89,6 +110,28 @@ def simulate(
     return (3 if _violated(s) else 0), text, result
 
 
+def gang_topology_variant(text: str) -> tuple[str, TopologyPlacementDef | None]:
+    """One ``--gang-topology`` variant: ``none``, ``required=LEVEL`` or ``preferred=LEVEL``;
+    its label and the ``topologyPlacement`` every gang gets in that run."""
+    text = text.strip()
+    if text == "none":
+        return text, None
+    kind, eq, level = text.partition("=")
+    if not eq or kind not in ("required", "preferred") or not level:
+        raise WorkloadError(
+            f"--gang-topology: {text!r}: expected none, required=LEVEL or preferred=LEVEL"
+        )
+    try:
+        return text, TopologyPlacementDef.model_validate({kind: level})
+    except ValidationError as e:
+        raise WorkloadError(f"--gang-topology: {text!r}: {e.errors()[0]['msg']}") from None
+
+
+def _with_gang_topology(w: Workload, tp: TopologyPlacementDef | None) -> Workload:
+    gangs = [g.model_copy(update={"topology_placement": tp}) for g in w.gangs]
+    return w.model_copy(update={"gangs": gangs})
+
+
 def simulate_many(
     path: str,
     *,
@@ -96,10 +139,13 @@ def simulate_many(
     profiles: list[str] | None,
     as_json: bool,
     until: float | None,
+    gang_topology: list[str] | None = None,
 ) -> tuple[int, str]:
     """Runs the workload once per seed (``tracePods.seed`` 1..``seeds``; the workload's own
-    seed when None) and per placement profile (``placementProfile`` in its settings; its own
-    settings when None), and reports each summary figure's mean and spread per profile."""
+    seed when None), per placement profile (``placementProfile`` in its settings; its own
+    settings when None) and per gang topology variant (every gang's ``topologyPlacement``
+    replaced; see gang_topology_variant), and reports each summary figure's mean and spread
+    per profile and variant."""
     w, base = load_workload(path)
     tp = w.trace_pods
     if seeds is not None and (tp is None or tp.replay != "sample"):
@@ -107,17 +153,27 @@ def simulate_many(
             "--seeds draws tasks from a pod list: it needs tracePods with replay: sample"
         )
     seed_list = list(range(1, seeds + 1)) if seeds is not None else [tp.seed if tp else 0]
-    columns: list[tuple[str, dict[str, Any]]] = [
+    by_profile: list[tuple[str, dict[str, Any]]] = [
         (name, w.settings | {"placementProfile": name}) for name in profiles or ()
     ] or [(str(w.settings.get("placementProfile", "settings")), w.settings)]
+    variants = [gang_topology_variant(v) for v in gang_topology or ()]
+    columns: list[tuple[str, dict[str, Any], Workload]] = []
+    for name, settings in by_profile:
+        if not variants:
+            columns.append((name, settings, w))
+        for label, placement in variants:
+            both = f"{name} {label}" if profiles else label
+            columns.append((both, settings, _with_gang_topology(w, placement)))
     code = 0
     runs: dict[str, list[dict[str, Any]]] = {}
-    for label, settings in columns:
-        core_config_from(settings)  # refuse a bad profile before any run
+    for label, settings, col_w in columns:
+        core_config_from(settings_of(col_w, settings))  # refuse bad settings before any run
         for seed in seed_list:
-            run_w = w
+            run_w = col_w
             if tp is not None and seeds is not None:
-                run_w = w.model_copy(update={"trace_pods": tp.model_copy(update={"seed": seed})})
+                run_w = col_w.model_copy(
+                    update={"trace_pods": tp.model_copy(update={"seed": seed})}
+                )
             _, s = _run(run_w, base, until, settings)
             if _violated(s):
                 code = 3

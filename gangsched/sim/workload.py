@@ -7,19 +7,32 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from gangsched.core.model import DomainConstraint
 from gangsched.core.quantity import QuantityError
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS, parse_amount
+from gangsched.sim.topology import Racks, check_label_key
 
 __all__ = [
     "GangDef",
     "NodeDef",
+    "NodeTopology",
     "PodDef",
     "PodTemplate",
+    "SlicesDef",
+    "TopologyPlacementDef",
     "TraceNodes",
     "TracePods",
     "Workload",
@@ -101,6 +114,78 @@ class PodTemplate(Resources):
     count: int = Field(1, ge=1, le=10_000)
     role: str = ""
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    labels: dict[str, str] = Field(default_factory=dict)  # e.g. the slice label of a slice
+
+
+# A node or pod label key, validated as Kubernetes validates one.
+LabelKey = Annotated[str, AfterValidator(check_label_key)]
+
+
+class SlicesDef(_Strict):
+    """``topologyPlacement.slices``: members sharing the value of pod label ``podLabel`` (or
+    runs of ``size`` members, in the order the gang's pods are listed) each in one domain of
+    ``required``."""
+
+    pod_label: LabelKey | None = Field(None, alias="podLabel")
+    size: int | None = Field(None, ge=1)
+    required: LabelKey
+
+    @model_validator(mode="after")
+    def _one(self) -> SlicesDef:
+        if (self.pod_label is None) == (self.size is None):
+            raise ValueError("set exactly one of podLabel and size")
+        return self
+
+
+class TopologyPlacementDef(_Strict):
+    """A gang's ``topologyPlacement``, as in the PodGroup's ``spec.topologyPlacement``: at most
+    one of ``required`` / ``preferred`` (a topology level, a node label key), and optional
+    ``slices``."""
+
+    required: LabelKey | None = None
+    preferred: LabelKey | None = None
+    slices: SlicesDef | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> TopologyPlacementDef:
+        if self.required is not None and self.preferred is not None:
+            raise ValueError("set at most one of required and preferred")
+        return self
+
+    def constraint(self) -> DomainConstraint:
+        s = self.slices
+        return DomainConstraint(
+            required=self.required or "",
+            preferred=self.preferred or "",
+            slice_required=s.required if s else "",
+            slice_label=(s.pod_label or "") if s else "",
+            slice_size=(s.size or 0) if s else 0,
+        )
+
+
+class TopologyLabels(_Strict):
+    rack: LabelKey
+    block: LabelKey | None = None
+
+
+class NodeTopology(_Strict):
+    """Racks (and blocks) synthesised over every node, in inventory order: the traces carry no
+    topology. Each node also gets ``kubernetes.io/hostname``; labels a node sets win."""
+
+    rack_size: int = Field(alias="rackSize", ge=1, le=100_000)
+    racks_per_block: int | None = Field(None, alias="racksPerBlock", ge=1, le=100_000)
+    labels: TopologyLabels
+
+    @model_validator(mode="after")
+    def _block(self) -> NodeTopology:
+        if (self.racks_per_block is None) != (self.labels.block is None):
+            raise ValueError("racksPerBlock and labels.block go together: set both or neither")
+        return self
+
+    def racks(self) -> Racks:
+        return Racks(
+            self.rack_size, self.labels.rack, self.racks_per_block or 0, self.labels.block or ""
+        )
 
 
 class GangDef(_Strict):
@@ -120,6 +205,7 @@ class GangDef(_Strict):
     roles: dict[str, int] = Field(default_factory=dict)  # role -> its own minMember
     topology: dict[str, list[list[str]]] = Field(default_factory=dict)
     gang_group: list[str] = Field(default_factory=list, alias="gangGroup")
+    topology_placement: TopologyPlacementDef | None = Field(None, alias="topologyPlacement")
     pods: list[PodTemplate]
 
     @model_validator(mode="after")
@@ -193,6 +279,7 @@ class Workload(_Strict):
     name: str = "workload"
     description: str = ""
     nodes: list[NodeDef | TraceNodes] = Field(default_factory=list)
+    node_topology: NodeTopology | None = Field(None, alias="nodeTopology")
     gangs: list[GangDef] = Field(default_factory=list)
     pods: list[PodDef] = Field(default_factory=list)
     trace_pods: TracePods | None = Field(None, alias="tracePods")
