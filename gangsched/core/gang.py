@@ -37,6 +37,7 @@ class Gang:
     satisfied_once: bool = False
     schedule_start: float | None = None
     has_bound: bool = False  # some member is or was bound (a hint for queue order)
+    placed_in: str = ""  # "level=value": the topology domain its last binding went to
 
     @property
     def members(self) -> KeysView[str]:

@@ -665,6 +665,7 @@ class Scheduler:
             attempted=gang is not None and (gang.schedule_start is not None or key in self.permit),
             binding=gang is not None and gang.tally.assumed > 0,
             lost=self.lifecycle.lost(gang),
+            placed_in=gang.placed_in if gang is not None else "",
         )
 
     def holdings(self, key: str) -> Holdings | None:
@@ -910,7 +911,7 @@ class Scheduler:
         key = gang.key
         if attempt.placements or key in self.permit:
             if self._gate(gang):
-                out.append(self._bind(gang, attempt.placements))
+                out.append(self._bind(gang, attempt.placements, attempt.domain))
                 siblings = gang.spec.gang_group if gang.spec else ()
                 for s in siblings:
                     sg = self.gangs.get(s)
@@ -1119,13 +1120,16 @@ class Scheduler:
                     if gang is not None:
                         self.queue.activate(key, self._sort_key(gang))  # tick binds it
 
-    def _bind(self, gang: Gang, placements: dict[str, str]) -> BindGang:
+    def _bind(self, gang: Gang, placements: dict[str, str], where: str = "") -> BindGang:
         r = self.reserve.current
         if r is not None and r.gang == gang.key:
             self.reserve.current = None  # it starts: the reservation has done its work
         reserved = dict(self.permit.release(gang.key))
         reserved.update(placements)
-        gang.reason, gang.message = "Binding", f"binding {len(reserved)} pod(s)"
+        if where:
+            gang.placed_in = where  # the topology domain, for the PodGroup's status
+        gang.reason = "Binding"
+        gang.message = f"binding {len(reserved)} pod(s)" + (f" in {where}" if where else "")
         pods = self.cache.pods
         bindings = tuple(
             Binding(_ref(pods[uid]), node, self.cache.devices_of(uid))

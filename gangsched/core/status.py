@@ -109,6 +109,7 @@ def group_status(
     attempted: bool = False,
     binding: bool = False,
     lost: str = "",
+    placed_in: str = "",
 ) -> GroupStatus:
     """The status of a gang with these member counts.
 
@@ -130,8 +131,14 @@ def group_status(
         phase = "Failed" if phase == "Failed" else "Unknown"
         return GroupStatus(min_member, phase, False, MEMBERS_LOST, lost, counts)
     if counts.scheduled >= min_member:
+        where = f" in {placed_in}" if placed_in else ""
         return GroupStatus(
-            min_member, phase, True, "Scheduled", f"{counts.scheduled} member(s) bound", counts
+            min_member,
+            phase,
+            True,
+            "Scheduled",
+            f"{counts.scheduled} member(s) bound{where}",
+            counts,
         )
     if reason in _BOUND_REASONS or (reason == "Binding" and not binding):
         live = counts.total - counts.failed

@@ -410,3 +410,14 @@ def test_a_plain_pod_with_a_required_level_shares_no_failure_with_one_without() 
     out = run(s, with_rack, make_pod("b").cpu("1").gpus(1).obj())
     assert placed(out) == {"b": "loose"}
     assert any(f"no ready node has the label {RACK}" in m for m in failures(out))
+
+
+def test_the_podgroup_status_names_the_domain_the_gang_went_to() -> None:
+    s = scheduler(two_racks())
+    s.gang_upsert(gang("g", 4, domain=DomainConstraint(required=RACK)))
+    where = placed(run(s, *(member(f"g{i}", "g") for i in range(4))))
+    for name, node in where.items():
+        s.pod_upsert(member(name, "g", node_name=node, phase=PodPhase.RUNNING))
+    status = s.group_status("ml/g")
+    assert status is not None and status.scheduled
+    assert status.message == f"4 member(s) bound in {RACK}=r1"

@@ -59,6 +59,13 @@ def test_required_rack_binds_whole_in_the_tightest_rack_or_waits_naming_it(
         create(cp, pod(f"four-{i}", ns, group="four", selector=sel))
     wait_for("the gang of four bound", lambda: len(bound(cp, ns)) == 4)
     assert racks_used(cp, ns, "four-") == {f"{ns}-a"}  # exactly full: the tightest
+    wait_for(
+        "the PodGroup to say which rack",
+        lambda: (
+            (c := condition(get_pg(cp, ns, "four"), "Scheduled"))
+            and c.get("message") == f"4 member(s) bound in {RACK}={ns}-a"
+        ),
+    )
 
     create(cp, podgroup("five", ns, 5, **placement))
     for i in range(5):
