@@ -159,3 +159,22 @@ def refused(cp: ControlPlane, ns: str, names: Iterable[str], says: str = "") -> 
             return {}
         found[name] = cond.get("message", "")
     return found
+
+
+def upstream_podgroup(ns: str, version: str, name: str, policy: dict[str, Any]) -> dict[str, Any]:
+    """An upstream PodGroup (``scheduling.k8s.io`` ``version``) made from its Workload's
+    template ``workers``, with the scheduling ``policy``."""
+    if version == "v1alpha2":
+        ref: dict[str, Any] = {
+            "podGroupTemplateRef": {
+                "workload": {"workloadName": name, "podGroupTemplateName": "workers"}
+            }
+        }
+    else:
+        ref = {"workloadRef": {"workloadName": name, "templateName": "workers"}}
+    return {
+        "apiVersion": f"scheduling.k8s.io/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {**ref, "schedulingPolicy": policy},
+    }

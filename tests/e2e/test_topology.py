@@ -13,7 +13,17 @@ import pytest
 from gangsched.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
-from .kube import bound, condition, create, get_pg, pod, podgroup, pods, wait_for
+from .kube import (
+    bound,
+    condition,
+    create,
+    get_pg,
+    pod,
+    podgroup,
+    pods,
+    upstream_podgroup,
+    wait_for,
+)
 
 RACK = "example.com/rack"
 Racks = Callable[[dict[str, int]], dict[str, str]]
@@ -92,25 +102,9 @@ def test_required_rack_binds_whole_in_the_tightest_rack_or_waits_naming_it(
 
 
 def _upstream_podgroup(ns: str, version: str, name: str, key: str) -> dict[str, Any]:
-    policy = {"gang": {"minCount": 3}}
-    if version == "v1alpha2":
-        ref: dict[str, Any] = {
-            "podGroupTemplateRef": {
-                "workload": {"workloadName": name, "podGroupTemplateName": "workers"}
-            }
-        }
-    else:
-        ref = {"workloadRef": {"workloadName": name, "templateName": "workers"}}
-    return {
-        "apiVersion": f"scheduling.k8s.io/{version}",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            **ref,
-            "schedulingPolicy": policy,
-            "schedulingConstraints": {"topology": [{"key": key}]},
-        },
-    }
+    body = upstream_podgroup(ns, version, name, {"gang": {"minCount": 3}})
+    body["spec"]["schedulingConstraints"] = {"topology": [{"key": key}]}
+    return body
 
 
 def test_upstream_scheduling_constraints_and_kueue_annotations_keep_the_gang_in_one_rack(

@@ -12,7 +12,7 @@ import pytest
 from gangsched.devcluster import ControlPlane, featuregates
 
 from .conftest import SchedulerProcess
-from .kube import bound, create, pod, pods, wait_for
+from .kube import bound, create, pod, pods, upstream_podgroup, wait_for
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -38,23 +38,6 @@ def _workload(ns: str, version: str, name: str, policy: dict[str, Any]) -> dict[
         "kind": "Workload",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"podGroupTemplates": [{"name": "workers", "schedulingPolicy": policy}]},
-    }
-
-
-def _podgroup(ns: str, version: str, name: str, policy: dict[str, Any]) -> dict[str, Any]:
-    if version == "v1alpha2":
-        ref: dict[str, Any] = {
-            "podGroupTemplateRef": {
-                "workload": {"workloadName": name, "podGroupTemplateName": "workers"}
-            }
-        }
-    else:
-        ref = {"workloadRef": {"workloadName": name, "templateName": "workers"}}
-    return {
-        "apiVersion": f"scheduling.k8s.io/{version}",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {**ref, "schedulingPolicy": policy},
     }
 
 
@@ -85,7 +68,7 @@ def test_gang_min_count_binds_whole(
     sel = nodes(2, gpus=2)
     policy = {"gang": {"minCount": 4}}
     create(cp, _workload(ns, version, "train", policy))
-    create(cp, _podgroup(ns, version, "train", policy))
+    create(cp, upstream_podgroup(ns, version, "train", policy))
     for i in range(3):
         create(cp, _member(f"train-{i}", ns, "train", sel))
     waiting = wait_for(
@@ -127,7 +110,7 @@ def test_basic_policy_pods_bind_one_by_one(
     sel = nodes(1, gpus=3)
     policy: dict[str, Any] = {"basic": {}}
     create(cp, _workload(ns, version, "serve", policy))
-    create(cp, _podgroup(ns, version, "serve", policy))
+    create(cp, upstream_podgroup(ns, version, "serve", policy))
     create(cp, _member("serve-0", ns, "serve", sel))
     wait_for("a lone basic pod bound", lambda: "serve-0" in bound(cp, ns))
     for i in range(1, 4):
