@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gangsched.devcluster import ControlPlane
+from gangsched.devcluster.jobset import JobSet
 
 from .kube import wait_for
 
@@ -63,6 +64,16 @@ def controller_manager(control_plane: ControlPlane) -> Iterator[ControlPlane]:
         yield control_plane
     finally:
         control_plane.stop_controller_manager()
+
+
+@pytest.fixture(scope="module")
+def jobset(controller_manager: ControlPlane) -> Iterator[JobSet]:
+    """The JobSet manager (sigs.k8s.io/jobset, built by hack/jobset.sh, or from
+    $GANGSCHED_JOBSET_BIN) beside the session's control plane, with its CRD and webhooks, for
+    the tests of one module; its Jobs' pods come from the Job controller. Stopped when the module
+    ends (its webhook configurations removed)."""
+    with JobSet(controller_manager) as js:
+        yield js
 
 
 def free_port() -> int:
