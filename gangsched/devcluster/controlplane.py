@@ -157,7 +157,7 @@ def find_binaries(bin_dir: str | os.PathLike[str] | None = None) -> Path:
     return found
 
 
-def _free_ports(count: int) -> list[int]:
+def free_ports(count: int) -> list[int]:
     """Distinct free TCP ports on the loopback address (all held open until all are chosen)."""
     sockets: list[socket.socket] = []
     try:
@@ -553,7 +553,7 @@ class ControlPlane:
             self._atexit_registered = True
         try:
             (self.workdir / "logs").mkdir()
-            self._etcd_port, self._etcd_peer_port, self._apiserver_port = _free_ports(3)
+            self._etcd_port, self._etcd_peer_port, self._apiserver_port = free_ports(3)
             self._token = secrets.token_urlsafe(32)
             _generate_pki(self.workdir / "pki")
             (self.workdir / "tokens.csv").write_text(f"{self._token},admin,admin,system:masters\n")
@@ -817,7 +817,7 @@ class ControlPlane:
                 f"{binary} not found: rebuild the binaries with control-plane.sh "
                 "(it builds kube-controller-manager with kube-apiserver)"
             )
-        port = _free_ports(1)[0]
+        port = free_ports(1)[0]
         self._spawn(
             controllermanager.BINARY,
             controllermanager.argv(

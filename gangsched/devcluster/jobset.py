@@ -52,7 +52,7 @@ from typing import Any, Final, Self
 
 import yaml
 
-from gangsched.devcluster.controlplane import ControlPlane, ControlPlaneError
+from gangsched.devcluster.controlplane import ControlPlane, ControlPlaneError, free_ports
 
 log = logging.getLogger(__name__)
 
@@ -275,19 +275,6 @@ def _webhook_serves(port: int, ca_file: Path) -> bool:
         return False
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((_LOOPBACK, 0))
-            sockets.append(sock)
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 # --------------------------------------------------------------------------------- JobSet
 
 
@@ -354,7 +341,7 @@ class JobSet:
         self.workdir.mkdir(parents=True, exist_ok=True)
         cert_dir = self.workdir / "certs"
         ca_bundle = write_serving_cert(cert_dir)
-        self.webhook_port, self.probe_port = _free_ports(2)
+        self.webhook_port, self.probe_port = free_ports(2)
         config_file = self.workdir / "config.yaml"
         config = configuration(
             webhook_port=self.webhook_port, cert_dir=cert_dir, probe_port=self.probe_port
