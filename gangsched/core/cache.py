@@ -6,11 +6,19 @@ schedulers count like any other. Terminal pods free their resources.
 
 A node's GPUs are devices (core/gpu.py): a GPU pod counted on a node takes its demand on
 particular devices, so shares of one device never exceed it and whole devices are exclusive.
-The devices are, in order: those recorded in the pod (``Pod.gpu_devices``) when they exist on
-the node and have room; else those ``device_policy`` chose when the pod was assumed (or the
-pod was last counted on); else the best fit; and when nothing fits (a pod bound by someone
-else onto full devices) the least used devices, over-committed, since the pod runs there
-anyway. A node whose devices change has its pods' devices counted again.
+The devices are, in order: those recorded in the pod (``Pod.gpu_devices``) whenever they exist
+on the node; else those ``device_policy`` chose when the pod was assumed (or the pod was last
+counted on); else the best fit; and when nothing fits (a pod bound by someone else onto full
+devices) the least used devices, over-committed, since the pod runs there anyway. A node whose
+devices change has its pods' devices counted again.
+
+A record is the truth, whatever order pods arrive in (a restart lists them by name): a bound
+pod without a record (a whole ``nvidia.com/gpu`` pod, whose devices the node's device plugin
+chose) is counted on devices the cache guessed, and when a recorded pod names one of those
+devices the guess moves aside (it is placed again, by best fit, on what the records leave).
+A recorded share is never moved. When the records themselves do not fit the devices (or leave
+no room for the pods without one) the devices are counted over-committed as the records say,
+and the conflict is kept in ``conflicts`` for the scheduler to report.
 
 Three indexes make the hot path cheap: nodes bucketed by whole free devices (free GPUs for a
 node without a device model) and by the largest free share of one device, so a GPU pod looks
@@ -88,6 +96,9 @@ class ClusterCache:
         # uid -> (node, devices) planned at assume time or last counted: a pod counted again
         # on the same node (restored after a what-if, confirmed by its binding) keeps them.
         self._planned: dict[str, tuple[str, tuple[int, ...]]] = {}
+        # Bound pods whose recorded devices (or whose node's records) over-commit a device:
+        # uid -> (node, devices). Taken by the scheduler (``take_conflicts``) to report.
+        self.conflicts: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.total_allocatable: ResourceList = {}  # over usable (ready) nodes
         self.total_requested: ResourceList = {}  # over usable (ready) nodes
         self._total_free: ResourceList = {}  # sum over usable nodes of max(0, free) per resource
@@ -413,6 +424,20 @@ class ClusterCache:
         them now), else the best fit, else (over-committed from outside) the least used."""
         milli = demand.milli if demand.milli < MILLI else MILLI
         devices = pod.gpu_devices
+        if devices and _recorded(gpus, devices, demand.count):
+            moved: list[str] = []
+            # (with a pod assumed on the node, an over-commit is this scheduler's hold over
+            # its victims until they go: nothing is moved, nothing is a conflict)
+            if not _room(gpus, devices, demand.count, milli) and self._all_bound(info):
+                moved = self._move_guesses(info, gpus, devices, uid)
+                if not _room(gpus, devices, demand.count, milli):
+                    self.conflicts[uid] = (info.name, devices)
+            gpus.take(devices, milli)
+            self._devices[uid] = (devices, milli)
+            self._planned[uid] = (info.name, devices)
+            for other in moved:
+                self._place_guess(other, info, gpus)
+            return
         if not devices or not _room(gpus, devices, demand.count, milli):
             planned = self._planned.get(uid)
             if (
@@ -426,9 +451,72 @@ class ClusterCache:
             else:
                 chosen = best_fit(gpus, demand)
                 devices = chosen if chosen is not None else _least_used(gpus, demand.count)
+                if chosen is None and pod.node_name == info.name and self._all_bound(info):
+                    self.conflicts[uid] = (info.name, devices)  # runs there, fits nowhere
         gpus.take(devices, milli)
         self._devices[uid] = (devices, milli)
         self._planned[uid] = (info.name, devices)
+
+    def _guessed(self, uid: str, info: NodeInfo) -> bool:
+        """The pod runs on the node with no valid record: its devices are the cache's guess."""
+        pod = self.pods.get(uid)
+        if pod is None or pod.node_name != info.name or uid in self.assumed:
+            return False
+        counted = self._devices.get(uid)
+        if counted is None or info.gpus is None:
+            return False
+        return not (pod.gpu_devices and _recorded(info.gpus, pod.gpu_devices, len(counted[0])))
+
+    def _move_guesses(
+        self, info: NodeInfo, gpus: NodeGpus, devices: tuple[int, ...], uid: str
+    ) -> list[str]:
+        """Take the pods whose devices are guesses off ``devices`` (a record names them);
+        returns them, in uid order, to be placed again."""
+        wanted = set(devices)
+        moved = sorted(
+            other
+            for other in info.pods
+            if other != uid
+            and other in self._devices
+            and wanted.intersection(self._devices[other][0])
+            and self._guessed(other, info)
+        )
+        for other in moved:
+            counted, milli = self._devices.pop(other)
+            gpus.give(counted, milli)
+            self._planned.pop(other, None)
+        return moved
+
+    def _place_guess(self, uid: str, info: NodeInfo, gpus: NodeGpus) -> None:
+        """Count a pod without a record again on the best fit of what is left; when nothing
+        fits, on the least used devices, and the conflict is kept."""
+        pod = self.pods[uid]
+        demand = _demand_of(pod)
+        assert demand is not None
+        milli = demand.milli if demand.milli < MILLI else MILLI
+        chosen = best_fit(gpus, demand)
+        if chosen is None:
+            chosen = _least_used(gpus, demand.count)
+            self.conflicts[uid] = (info.name, chosen)
+        gpus.take(chosen, milli)
+        self._devices[uid] = (chosen, milli)
+        self._planned[uid] = (info.name, chosen)
+
+    def _all_bound(self, info: NodeInfo) -> bool:
+        """No pod is assumed on the node: an over-commit there is the records', not a hold
+        of this scheduler's (a preemptor assumed over its victims)."""
+        return not any(uid in self.assumed for uid in info.pods)
+
+    def take_conflicts(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """The device conflicts found since the last call (pod uid -> node, devices) of pods
+        still counted where they were found."""
+        out = {
+            uid: where
+            for uid, where in self.conflicts.items()
+            if self._counted_on.get(uid) == where[0]
+        }
+        self.conflicts.clear()
+        return out
 
     def _recount_devices(self, info: NodeInfo) -> None:
         """A node's devices changed: count its pods again on the new devices, those with
@@ -538,6 +626,12 @@ def _room(
         if not 0 <= i < n or used[i] > limit:
             return False
     return count < 2 or not free or len(set(devices)) == count
+
+
+def _recorded(gpus: NodeGpus, devices: tuple[int, ...], count: int) -> bool:
+    """A record that can stand on this node: ``count`` distinct devices that exist."""
+    n = len(gpus.used)
+    return len(devices) == count and all(0 <= i < n for i in devices) and len(set(devices)) == count
 
 
 def _least_used(gpus: NodeGpus, count: int) -> tuple[int, ...]:

@@ -10,6 +10,8 @@ __all__ = [
     "Binding",
     "ClaimBinding",
     "Decision",
+    "DeviceConflict",
+    "Evict",
     "GangTimedOut",
     "GangUnschedulable",
     "GangWaiting",
@@ -104,6 +106,9 @@ class Victim:
     node: str
     priority: int
     gang: str = ""
+    # It carries this scheduler's preemption mark already (an eviction being carried out
+    # again): the adapter leaves the mark as it is.
+    marked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,4 +147,40 @@ class MemberLoss:
     members: tuple[PodRef, ...] = ()
 
 
-Decision = BindGang | GangUnschedulable | GangWaiting | GangTimedOut | Preempt | MemberLoss
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Carry out an eviction decided earlier and not finished: a preemption interrupted after
+    it marked some of its victims (the process crashed, or lost its lease), or a victim whose
+    deletion failed. The adapter marks each victim not marked yet as a preemption does, then
+    deletes them all (core/eviction.py has the rule). ``gang``: the victims' gang (or gang
+    group) key, '' for a pod alone; ``message``: why, for the victims' events."""
+
+    gang: str
+    victims: tuple[Victim, ...]
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceConflict:
+    """A running pod's GPU devices, as recorded (or as what the records leave for a pod
+    without one), over-commit a device of ``node``: the records are kept as they are (a
+    recorded share is never moved) and the adapter reports it (a Warning event on the pod and
+    a metric). ``gang``: the pod's gang key, '' for a pod alone."""
+
+    gang: str
+    pod: PodRef
+    node: str
+    devices: tuple[int, ...]
+    message: str
+
+
+Decision = (
+    BindGang
+    | GangUnschedulable
+    | GangWaiting
+    | GangTimedOut
+    | Preempt
+    | MemberLoss
+    | Evict
+    | DeviceConflict
+)

@@ -287,6 +287,10 @@ class Pod:
     preemption_policy: str = "PreemptLowerPriority"
     # status.nominatedNodeName as last read (set by a preemption that is waiting for its victims).
     nominated_node: str = ""
+    # The message of the pod's ``DisruptionTarget`` condition when it is ``True`` with reason
+    # ``PreemptionByScheduler``: a scheduler decided to evict the pod (core/eviction.py reads
+    # whether it was this one); empty otherwise.
+    disruption: str = ""
     # The devices this pod's GPUs were recorded on (Koordinator's device-allocated
     # annotation), by index; empty when none is recorded.
     gpu_devices: tuple[int, ...] = ()

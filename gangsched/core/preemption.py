@@ -260,7 +260,7 @@ class Preemptor:
                 if pod.deleting or uid in promised:
                     going.append(uid)
                     continue
-                key = self._unit_key(pod)
+                key = self.unit_key(pod)
                 if key == own:
                     continue
                 if key:
@@ -274,7 +274,7 @@ class Preemptor:
         going.sort()
         return going, units
 
-    def _unit_key(self, pod: Pod) -> str:
+    def unit_key(self, pod: Pod) -> str:
         """The key of the gang (or gang group) a running pod is evicted with, or ''."""
         if not pod.group or not self._ours(pod):
             return ""

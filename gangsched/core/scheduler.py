@@ -30,6 +30,8 @@ from gangsched.core.decisions import (
     BindGang,
     Binding,
     Decision,
+    DeviceConflict,
+    Evict,
     GangTimedOut,
     GangUnschedulable,
     GangWaiting,
@@ -38,6 +40,7 @@ from gangsched.core.decisions import (
     Victim,
 )
 from gangsched.core.equivalence import Failure, FailureMemo, PodClass, pod_class
+from gangsched.core.eviction import Evictions
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending, shortfall
 from gangsched.core.gpu import MILLI
 from gangsched.core.lifecycle import Lifecycle
@@ -165,9 +168,10 @@ class Scheduler:
         # The reservation for a gang that waited too long (core/reservation.py).
         self.reserve = ReservationFilter(self._spec_of, clock.now, self._reservation_changed)
         self.started: dict[str, float] = {}  # pod uid -> when this process saw it bound
-        # Victims this process asked to evict whose deletion the watch has not shown yet: they
-        # count as being deleted already (not toward their gang's quorum, never victims twice).
-        self.evicting: set[str] = set()
+        # Evictions decided and not carried out yet (core/eviction.py); ``evicting``: victims
+        # asked to be deleted whose deletion the watch has not shown yet.
+        self.evictions = Evictions(config.scheduler_name)
+        self.evicting = self.evictions.evicting
         self.cycles = 0
         # Gangs that ran and lost members (core/lifecycle.py).
         self.lifecycle = Lifecycle(self.cache, clock, lambda uid: uid in self.awaited_by)
@@ -247,11 +251,9 @@ class Scheduler:
 
     # ---- events: pods ------------------------------------------------------------------
     def pod_upsert(self, pod: Pod) -> None:
+        self.evictions.seen(pod, self.clock.now())
         if pod.uid in self.evicting:
-            if pod.deleting or pod.terminal or not pod.node_name:
-                self.evicting.discard(pod.uid)  # the watch says so now
-            else:
-                pod = replace(pod, deleting=True)
+            pod = replace(pod, deleting=True)  # until the watch says so
         if pod.node_name and pod.uid not in self.started:
             self.started[pod.uid] = self.clock.now()
         if (
@@ -315,7 +317,7 @@ class Scheduler:
 
     def pod_delete(self, uid: str) -> None:
         self.started.pop(uid, None)
-        self.evicting.discard(uid)
+        self.evictions.gone(uid)
         pod = self.cache.pods.get(uid)
         counted = bool(self.cache.node_of(uid))
         self.cache.remove_pod(uid)
@@ -366,7 +368,8 @@ class Scheduler:
             self.lifecycle.restarting.discard(uid)
             self.pod_upsert(replace(pod, deleting=False))
         elif uid in self.evicting and pod is not None and pod.deleting:
-            self.evicting.discard(uid)
+            # the eviction stands: it is tried again after a backoff (core/eviction.py)
+            self.evictions.failed(uid, self.clock.now())
             self.pod_upsert(replace(pod, deleting=False))
 
     def bind_failed(self, uid: str, message: str) -> None:
@@ -424,6 +427,8 @@ class Scheduler:
         decisions made since (on pod events) too."""
         out: list[Decision] = list(self.lifecycle.drain())
         now = self.clock.now()
+        out.extend(self._finish_evictions(now))
+        out.extend(self._device_conflicts())
         for key in [k for k, left in self.awaiting.items() if not left]:
             del self.awaiting[key]
             gang = self.gangs.get(key)
@@ -610,7 +615,13 @@ class Scheduler:
 
     def next_wakeup(self) -> float | None:
         times = [
-            t for t in (self.queue.next_wakeup(), self.permit.next_deadline()) if t is not None
+            t
+            for t in (
+                self.queue.next_wakeup(),
+                self.permit.next_deadline(),
+                self.evictions.next_due(),
+            )
+            if t is not None
         ]
         return min(times) if times else None
 
@@ -982,21 +993,8 @@ class Scheduler:
         for uid in waiting:
             self.awaited_by.setdefault(uid, set()).add(gang.key)
         self.preemptions += 1
-        for u in plan.victims:
-            for victim in u.pods:
-                vg = self.gangs.get(victim.group) if victim.group else None
-                if vg is not None and vg.spec is not None and vg.spec.mode is GangMode.STRICT:
-                    # evicted whole: its replacements are scheduled whole again, not one by one
-                    vg.satisfied_once = False
-                    vg.has_bound = False  # not part-way bound: it queues by its priority
-        for u in plan.victims:
-            for victim in u.pods:
-                self.evicting.add(victim.uid)
-                self.pod_upsert(victim)  # counted as being deleted from now on
+        victims = self._evict([(u.gang, p) for u in plan.victims for p in u.pods])
         pods = self.cache.pods
-        victims = tuple(
-            Victim(_ref(p), p.node_name, p.priority, u.gang) for u in plan.victims for p in u.pods
-        )
         gangs = sorted({u.gang for u in plan.victims if u.gang})
         loose = sum(1 for u in plan.victims if not u.gang)
         whom = ", ".join(gangs) + (f"{', ' if gangs else ''}{loose} pod(s)" if loose else "")
@@ -1019,6 +1017,84 @@ class Scheduler:
             Binding(_ref(pods[uid]), node) for uid, node in sorted(plan.placements.items())
         )
         return Preempt(gang.key, priority, nominations, victims, deadline, message)
+
+    def _evict(self, chosen: list[tuple[str, Pod]]) -> tuple[Victim, ...]:
+        """The victims (each with its unit's gang key) are asked to be evicted: from now on
+        they count as being deleted, and a Strict gang among them is scheduled whole again."""
+        for _, victim in chosen:
+            vg = self.gangs.get(victim.group) if victim.group else None
+            if vg is not None and vg.spec is not None and vg.spec.mode is GangMode.STRICT:
+                # evicted whole: its replacements are scheduled whole again, not one by one
+                vg.satisfied_once = False
+                vg.has_bound = False  # not part-way bound: it queues by its priority
+        for _, victim in chosen:
+            self.evictions.asked(victim.uid)
+            self.pod_upsert(victim)  # counted as being deleted from now on
+        marked = self.evictions.marked
+        return tuple(Victim(_ref(p), p.node_name, p.priority, key, marked(p)) for key, p in chosen)
+
+    def _finish_evictions(self, now: float) -> list[Decision]:
+        """Carry out the evictions due (core/eviction.py): each victim with its unit, a
+        Strict gang or gang group whole; one decision per unit."""
+        ev = self.evictions
+        units: dict[str, dict[str, Pod]] = {}  # unit key ('pod:<uid>' alone) -> victims
+        for uid in ev.due(now):
+            pod = self.cache.pods.get(uid)
+            if pod is None or not ev.running(pod):
+                continue
+            key = self.preemptor.unit_key(pod)
+            unit = units.setdefault(key or PLAIN_PREFIX + uid, {})
+            gang = self.gangs.get(pod.group) if key else None
+            spec = gang.spec if gang is not None else None
+            if spec is None or not (spec.gang_group or spec.mode is GangMode.STRICT):
+                unit[uid] = pod
+                continue
+            for k in spec.gang_group or (pod.group,):
+                g = self.gangs.get(k)
+                for m in g.members if g is not None else ():
+                    p = self.cache.pods.get(m)
+                    if p is not None and ev.running(p):
+                        unit[m] = p
+        out: list[Decision] = []
+        for key, victims in sorted(units.items()):
+            pods = [victims[uid] for uid in sorted(victims)]
+            owner = "" if key.startswith(PLAIN_PREFIX) else key
+            cause = next((p.disruption for p in pods if ev.marked(p)), "")
+            why = (
+                f"carrying out an eviction decided earlier ({cause})"
+                if cause
+                else "carrying out an eviction whose deletion failed"
+            )
+            whom = f"gang {owner}" if owner else f"pod {pods[0].namespace}/{pods[0].name}"
+            message = f"{why}: evicting {len(pods)} pod(s) of {whom}"
+            out.append(Evict(owner, self._evict([(owner, p) for p in pods]), message))
+        return out
+
+    def _device_conflicts(self) -> list[Decision]:
+        """GPU devices over-committed by what running pods recorded (core/cache.py)."""
+        out: list[Decision] = []
+        for uid, (node, devices) in sorted(self.cache.take_conflicts().items()):
+            pod = self.cache.pods.get(uid)
+            info = self.cache.nodes.get(node)
+            if pod is None or info is None or info.gpus is None:
+                continue
+            used = ", ".join(
+                f"device {i} at {info.gpus.used[i] / 10:g}%" for i in sorted(set(devices))
+            )
+            what = "recorded on" if pod.gpu_devices else "left only"
+            out.append(
+                DeviceConflict(
+                    pod.group,
+                    _ref(pod),
+                    node,
+                    devices,
+                    f"GPU devices of node {node} over-committed by the device records of "
+                    f"the pods running there ({used}); this pod's GPUs are {what} "
+                    f"device(s) {', '.join(map(str, devices))}; the records are kept as they "
+                    "are",
+                )
+            )
+        return out
 
     def _reserve_due(self, gang: Gang, h: Holdings) -> bool:
         """The gang failed for want of capacity: has it waited long enough for a reservation,

@@ -79,6 +79,18 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.evictions_resumed = Counter(
+            "gangsched_evictions_resumed_total",
+            "Victim pods of evictions decided earlier (by a process that crashed or lost its "
+            "lease after marking them, or whose delete failed) and carried out later.",
+            registry=r,
+        )
+        self.device_conflicts = Counter(
+            "gangsched_gpu_device_conflicts_total",
+            "Running pods whose recorded GPU devices (or what the records leave for a pod "
+            "without one) over-commit a device; each also gets a GPUDeviceConflict event.",
+            registry=r,
+        )
         self.gpus = Gauge(
             "gangsched_gpus",
             "GPU devices in ready nodes, total and allocated (bound or reserved); a share of "

@@ -7,19 +7,27 @@ is going. It goes out before any victim is deleted: the gang can bind only once 
 gone, and the API server clears the field at the binding, so a nomination never lands on a pod
 already bound.
 
-Then, for each victim, as kube-scheduler v1.36's preemption executor does it for one pod:
+Then the victims are evicted in two phases, each victim as kube-scheduler v1.36's preemption
+executor does it for one pod:
 
-1. its status gets a ``DisruptionTarget`` condition (status ``True``, reason
-   ``PreemptionByScheduler``, a message naming the preemptor gang and its priority), by a
-   strategic merge patch of ``pods/<name>/status`` that carries the victim's UID, so that a pod
-   recreated under the same name is never marked;
-2. it is deleted with a UID precondition and its own graceful termination (no
-   ``gracePeriodSeconds`` in the request): the kubelet stops it as it would on any delete;
+1. **mark, every victim first**: its status gets a ``DisruptionTarget`` condition (status
+   ``True``, reason ``PreemptionByScheduler``, a message ``<scheduler>: preempting to
+   accommodate a higher priority gang <ns>/<name> (priority <p>)``), by a strategic merge
+   patch of ``pods/<name>/status`` that carries the victim's UID, so that a pod recreated under
+   the same name is never marked. No victim is deleted before every mark is written: the marks
+   are the durable record of the decision, and a process that dies (or loses its lease) after
+   them leaves the next leader enough to finish the eviction (core/eviction.py);
+2. **delete**: each marked victim is deleted with a UID precondition and its own graceful
+   termination (no ``gracePeriodSeconds`` in the request): the kubelet stops it as it would on
+   any delete;
 3. once the delete is accepted, a ``Normal`` event ``Preempted`` (action ``Preempting``) is
    written on it: ``Preempted by gang <ns>/<name> (priority <p>) on node <node>``
    (kube-scheduler's says ``Preempted by pod <uid> on node <node>``). It is written here, in
    the background lane, not through the event recorder's series: those are dropped when their
    pod is deleted, which for a victim is at once.
+
+An :class:`~gangsched.core.decisions.Evict` decision (an eviction decided earlier, carried out
+now) goes through the same two phases; victims that carry the mark already keep it.
 
 A victim that is already gone (404) needs nothing more; one whose name now belongs to another
 pod (the UID precondition failed) is left alone. Victims are handled concurrently, like the
@@ -42,8 +50,9 @@ from typing import Any
 
 import structlog
 
-from gangsched.core.decisions import Binding, PodRef, Preempt, Victim
+from gangsched.core.decisions import Binding, Evict, PodRef, Preempt, Victim
 from gangsched.core.gang import PLAIN_PREFIX
+from gangsched.kube import failpoints
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError, FenceCheck, FencedError, background_lane
 from gangsched.kube.events import rfc3339
@@ -159,7 +168,10 @@ class Preemptor:
             raise FencedError("DELETE", d.gang)
         done = sum(await all_of(self.nominate(b) for b in d.nominations))
         who = preemptor_name(d)
-        results = await all_of(self._evict(v, d, who) for v in d.victims)
+        reason = f"preempting to accommodate a higher priority {who} (priority {d.priority})"
+        results = await self._evict_all(
+            d.victims, reason, lambda v: f"Preempted by {who} (priority {d.priority})"
+        )
         log.info(
             "preempted",
             gang=d.gang,
@@ -170,28 +182,64 @@ class Preemptor:
         )
         return PreemptResult(tuple(results), done)
 
-    async def _evict(self, v: Victim, d: Preempt, who: str) -> VictimResult:
+    async def evict(self, d: Evict) -> tuple[VictimResult, ...]:
+        """Carry out an eviction decided earlier (marking the victims not marked yet, then
+        deleting them all); raise :class:`FencedError` (having reported nothing) when fenced."""
+        try:
+            if self._fence is not None and not self._fence():
+                raise FencedError("DELETE", d.gang)
+            results = await self._evict_all(d.victims, d.message, lambda v: d.message)
+        except FencedError:
+            self.fenced += 1
+            log.error("not evicting: no longer sure to lead", gang=d.gang)
+            raise
+        log.info(
+            "eviction carried out",
+            gang=d.gang,
+            victims=len(d.victims),
+            evicted=sum(1 for r in results if r.outcome is Outcome.EVICTED),
+            failed=sum(1 for r in results if r.outcome is Outcome.FAILED),
+        )
+        return tuple(results)
+
+    async def _evict_all(
+        self, victims: tuple[Victim, ...], reason: str, note: Callable[[Victim], str]
+    ) -> list[VictimResult]:
+        """Mark every victim, then delete those marked: none is deleted before every mark is
+        written (or has failed), so the marks always record the whole decision."""
+        message = f"{self._scheduler}: {reason}"
+        marks = await all_of(self._mark(v, message) for v in victims)
+        deleting = [v for v, m in zip(victims, marks, strict=True) if m is None]
+        deleted = iter(await all_of(self._delete(v, note(v)) for v in deleting))
+        return [m if m is not None else next(deleted) for m in marks]
+
+    async def _mark(self, v: Victim, message: str) -> VictimResult | None:
+        """The DisruptionTarget condition on the victim: None once it carries it."""
+        if v.marked:
+            return None
         pod = v.pod
         condition = {
             "type": CONDITION_TYPE,
             "status": "True",
             "reason": CONDITION_REASON,
-            "message": (
-                f"{self._scheduler}: preempting to accommodate a higher priority {who} "
-                f"(priority {d.priority})"
-            ),
+            "message": message,
             "lastTransitionTime": rfc3339(),
         }
         mark = {"metadata": {"uid": pod.uid}, "status": {"conditions": [condition]}}
-        path = pod_path(pod)
         outcome = await self._write(
             pod,
             "marking",
-            lambda: self._request("PATCH", f"{path}/status", mark, STRATEGIC),
+            lambda: self._request("PATCH", f"{pod_path(pod)}/status", mark, STRATEGIC),
             _patch_of_another_pod,
         )
         if outcome is not None:
             return self._done(v, *outcome)
+        failpoints.reached("evict.marked")
+        return None
+
+    async def _delete(self, v: Victim, what: str) -> VictimResult:
+        pod = v.pod
+        path = pod_path(pod)
         options = delete_options(pod.uid)
         outcome = await self._write(
             pod,
@@ -201,7 +249,8 @@ class Preemptor:
         )
         if outcome is not None:
             return self._done(v, *outcome)
-        note = f"Preempted by {who} (priority {d.priority}) on node {v.node}"
+        failpoints.reached("evict.deleted")
+        note = f"{what} on node {v.node}"
         with background_lane():
             written = await self._write(
                 pod, "recording an event on", lambda: self._event(pod, note), _never

@@ -20,13 +20,15 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
 from gangsched.core.decisions import (
     BindGang,
     Decision,
+    DeviceConflict,
+    Evict,
     GangTimedOut,
     GangUnschedulable,
     GangWaiting,
@@ -48,7 +50,7 @@ from gangsched.kube.gpushare import GpuLabels
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.podreader import PodReader
-from gangsched.kube.preemptor import Outcome, Preemptor
+from gangsched.kube.preemptor import Outcome, Preemptor, VictimResult
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.restarter import LOST_REASON, Deleted, GangRestarter
@@ -561,6 +563,8 @@ class SchedulerService:
                     self._clear_nomination(pod)
             elif isinstance(d, MemberLoss):
                 self._member_loss(d)
+            elif isinstance(d, GangWaiting):
+                pass  # the PodGroup's status below says what it waits for
             elif isinstance(d, Preempt):
                 if not self._sure():
                     continue  # deposed: nothing is evicted, and the process exits
@@ -571,6 +575,21 @@ class SchedulerService:
                 task.add_done_callback(self._tasks.discard)
                 self._binds.add(task)
                 task.add_done_callback(self._binds.discard)
+            elif isinstance(d, Evict):
+                if not self._sure():
+                    continue  # deposed: the next leader finds the marks
+                log.warning("carrying out an eviction", gang=d.gang, victims=len(d.victims))
+                task = asyncio.create_task(self._evict(d))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                self._binds.add(task)
+                task.add_done_callback(self._binds.discard)
+            elif isinstance(d, DeviceConflict):
+                log.warning("GPU device records over-commit a device", node=d.node)
+                self.metrics.device_conflicts.inc()
+                self.reporter.event(d.pod, "Warning", "GPUDeviceConflict", "Counting", d.message)
+            else:
+                assert_never(d)
             self._report_group(d.gang)
 
     async def _bind(self, d: BindGang) -> None:
@@ -621,14 +640,24 @@ class SchedulerService:
             result = await self.preemptor.preempt(d)
         except FencedError:
             return  # nothing to report: the process is on its way out
-        for outcome in Outcome:
-            n = sum(1 for r in result.victims if r.outcome is outcome)
-            if n:
-                self.metrics.preemption_victims.labels(outcome.value).inc(n)
-        for r in result.victims:
+        self._evicted(result.victims)
+
+    async def _evict(self, d: Evict) -> None:
+        try:
+            results = await self.preemptor.evict(d)
+        except FencedError:
+            return  # nothing to report: the process is on its way out
+        self.metrics.evictions_resumed.inc(len(d.victims))
+        self._evicted(results)
+        self._report_group(d.gang)
+
+    def _evicted(self, results: Iterable[VictimResult]) -> None:
+        for r in results:
+            self.metrics.preemption_victims.labels(r.outcome.value).inc()
             if r.outcome is Outcome.FAILED:
-                # not deleted: it counts as the watch last showed it again (the core's hold
-                # for the preemptor runs out at its deadline)
+                # not deleted: it counts as the watch last showed it again, and its eviction
+                # is tried again after a backoff (core/eviction.py); the core's hold for the
+                # preemptor runs out at its deadline
                 self.core.delete_failed(r.victim.pod.uid)
         self.poke()
 

@@ -758,6 +758,7 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
         resource_version=str(meta.get("resourceVersion") or ""),
         preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
         nominated_node=_text(status.get("nominatedNodeName"), ""),
+        disruption=_disruption(status),
     )
     labels = _str_map(meta.get("labels"), "metadata.labels")
     annotations = _str_map(meta.get("annotations"), "metadata.annotations")
@@ -991,6 +992,24 @@ def _volcano_podgroup_from(obj: Obj) -> GangSpec:
 
 
 # ---- the public translators: total functions ------------------------------------------------
+def _disruption(status: Obj) -> str:
+    """The message of a ``DisruptionTarget`` condition that is ``True`` with reason
+    ``PreemptionByScheduler`` (a scheduler decided to evict the pod), else ''. Unreadable
+    conditions say nothing."""
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return ""
+    for c in conditions:
+        if (
+            isinstance(c, Mapping)
+            and c.get("type") == "DisruptionTarget"
+            and c.get("status") == "True"
+            and c.get("reason") == "PreemptionByScheduler"
+        ):
+            return _text(c.get("message"), "") or "(no message)"
+    return ""
+
+
 def _text(v: object, default: str) -> str:
     if isinstance(v, str):
         return v

@@ -28,9 +28,12 @@ from gangsched.core.decisions import (
     BindGang,
     Binding,
     Decision,
+    DeviceConflict,
+    Evict,
     GangTimedOut,
     GangUnschedulable,
     Preempt,
+    Victim,
 )
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangMode, Node, Pod, PodPhase
@@ -170,6 +173,7 @@ class Simulation:
         self.gpu_seconds_lost = 0.0
         self.bound_at: dict[str, float] = {}  # pod uid -> when it was bound
         self._evicting: set[str] = set()  # victims whose deletion is under way
+        self.device_conflicts = 0  # running pods whose device records over-commit a device
         self._finish_at: dict[str, float] = {}  # job key -> when its current run ends
         self._recreated = 0
 
@@ -304,7 +308,12 @@ class Simulation:
                 self.timeouts += 1
                 touched.add(d.gang if d.gang in self.by_key else "")
             elif isinstance(d, Preempt):
-                self._preempt(d)
+                self.preemptions += 1
+                self._delete_victims(d.victims)
+            elif isinstance(d, Evict):
+                self._delete_victims(d.victims)
+            elif isinstance(d, DeviceConflict):
+                self.device_conflicts += 1
             elif isinstance(d, GangUnschedulable):
                 job = self.by_key.get(d.gang) or (
                     self.job_of.get(d.pods[0].uid) if d.pods else None
@@ -366,13 +375,12 @@ class Simulation:
                 self._push(now + job.duration, FINISH, job.key)
 
     # ---- preemption --------------------------------------------------------------------
-    def _preempt(self, d: Preempt) -> None:
+    def _delete_victims(self, victims: tuple[Victim, ...]) -> None:
         """Ask for the victims' deletion: they show as being deleted now and go after the
         grace period."""
-        self.preemptions += 1
         hit: set[str] = set()
         now = self.clock.now()
-        for v in d.victims:
+        for v in victims:
             uid = v.pod.uid
             pod = self.pods.get(uid)
             if pod is None or uid in self._evicting or pod.terminal or not pod.node_name:

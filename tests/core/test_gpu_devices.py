@@ -12,7 +12,7 @@ import pytest
 from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import BindGang, Decision, GangUnschedulable
+from gangsched.core.decisions import BindGang, Decision, DeviceConflict, GangUnschedulable
 from gangsched.core.gpu import GPU, KOORD_CORE, MILLI, GpuDemand, NodeGpus
 from gangsched.core.model import GangSpec, Node, Pod, PodPhase
 from gangsched.core.plugins import GPUBinPack, GPUDevices, LeastAllocated
@@ -116,9 +116,26 @@ def test_invalid_recorded_devices_fall_back_to_the_best_fit() -> None:
     cache.upsert_node(node("n", 2))
     cache.upsert_pod(bound(share("a", 70), "n", (9,)))  # no device 9 on this node
     assert cache.devices_of(uid("a")) == (0,)
-    cache.upsert_pod(bound(share("b", 50), "n", (0,)))  # device 0 has no room for it
-    assert cache.devices_of(uid("b")) == (1,)
-    assert used(cache, "n") == [700, 500]
+    # b's record names device 0, where a (whose record is invalid) was guessed: the record
+    # wins and the guess moves aside
+    cache.upsert_pod(bound(share("b", 50), "n", (0,)))
+    assert cache.devices_of(uid("b")) == (0,)
+    assert cache.devices_of(uid("a")) == (1,)
+    assert used(cache, "n") == [500, 700]
+    assert cache.take_conflicts() == {}
+
+
+def test_records_that_over_commit_a_device_are_kept_and_reported() -> None:
+    """Two valid records that do not fit one device: neither share is moved (the records are
+    what the devices run), and the conflict is reported."""
+    cache = ClusterCache()
+    cache.upsert_node(node("n", 2))
+    cache.upsert_pod(bound(share("a", 70), "n", (0,)))
+    cache.upsert_pod(bound(share("b", 50), "n", (0,)))
+    assert cache.devices_of(uid("a")) == (0,) and cache.devices_of(uid("b")) == (0,)
+    assert used(cache, "n") == [1200, 0]
+    assert cache.take_conflicts() == {uid("b"): ("n", (0,))}
+    assert cache.take_conflicts() == {}
 
 
 def test_devices_recorded_after_the_binding_move_the_count() -> None:
@@ -404,3 +421,31 @@ def test_spread_order_walks_the_emptiest_nodes_first() -> None:
         s.pod_upsert(bound(whole("x"), "busy"))
         found = s.finder.find(whole("p"))
         assert found is not None and found.name == expected
+
+
+@pytest.mark.parametrize("whole_first", [True, False])
+def test_after_a_restart_a_new_share_goes_where_the_records_leave_room(whole_first: bool) -> None:
+    """A 60% share recorded on device 0 and a whole GPU without a record run on a 2-GPU node;
+    a restarted scheduler lists them in either order: the whole GPU is counted on device 1,
+    and a new 40% share goes on device 0 (never both devices shared while a whole GPU runs)."""
+    s = Scheduler(CoreConfig(), FakeClock(T0))
+    s.node_upsert(node("n", 2))
+    running = [bound(share("s60", 60), "n", (0,)), bound(whole("w"), "n")]
+    for p in running if not whole_first else running[::-1]:
+        s.pod_upsert(p)
+    assert s.cache.devices_of(uid("w")) == (1,)
+    s.pod_upsert(share("s40", 40))
+    [d] = [d for d in s.run_until_idle() if isinstance(d, BindGang)]
+    assert [b.devices for b in d.bindings] == [(0,)]
+    assert used(s.cache, "n") == [1000, 1000]
+
+
+def test_records_that_conflict_are_reported_once_as_a_decision() -> None:
+    s = Scheduler(CoreConfig(), FakeClock(T0))
+    s.node_upsert(node("n", 1))
+    s.pod_upsert(bound(share("a", 70), "n", (0,)))
+    s.pod_upsert(bound(whole("w"), "n"))
+    [d] = [d for d in s.run_until_idle() if isinstance(d, DeviceConflict)]
+    assert d.pod.name == "w" and d.node == "n" and d.devices == (0,)
+    assert "device 0 at 170%" in d.message and "records are kept" in d.message
+    assert not [d for d in s.run_until_idle() if isinstance(d, DeviceConflict)]

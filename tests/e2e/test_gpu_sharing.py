@@ -142,3 +142,35 @@ def test_shares_of_a_gpu_are_placed_per_device_recorded_and_rebuilt_after_a_rest
     assert CORE in why, why
     assert "no-room" not in bound(cp, ns)
     assert second.alive(), second.tail()
+
+
+@pytest.mark.parametrize("whole_name", ["a-whole", "z-whole"])
+def test_after_a_restart_records_win_whatever_the_list_order(
+    control_plane: ControlPlane,
+    ns: str,
+    gpu_node: tuple[str, dict[str, str]],
+    processes: list[SchedulerProcess],
+    tmp_path: Path,
+    whole_name: str,
+) -> None:
+    """A 60% share recorded on one device, a whole GPU (no record) on the other; gangsched
+    restarted lists them by name, the whole GPU first ("a-whole") or last ("z-whole"). A 40%
+    share that arrives then goes beside the 60% share, never onto the whole GPU's device."""
+    cp = control_plane
+    _, sel = gpu_node
+    sched = f"gpu-{ns}"
+    first = SchedulerProcess(cp, tmp_path / "first.log", "--scheduler-name", sched).start()
+    processes.append(first)
+    create(cp, _share("m-sixty", ns, sel, sched, 60))
+    wait_for("the 60% share bound", lambda: "m-sixty" in bound(cp, ns), 60)
+    [minor] = _devices(cp, ns, "m-sixty")
+    create(cp, pod(whole_name, ns, selector=sel, scheduler=sched, gpus=1))
+    wait_for("the whole GPU bound", lambda: whole_name in bound(cp, ns))
+    first.stop()
+    second = SchedulerProcess(cp, tmp_path / "second.log", "--scheduler-name", sched).start()
+    processes.append(second)
+    create(cp, _share("n-forty", ns, sel, sched, 40))
+    wait_for("the 40% share bound", lambda: "n-forty" in bound(cp, ns), 60)
+    assert _devices(cp, ns, "n-forty") == [minor]
+    assert "GPUDeviceConflict" not in event_reasons(cp, ns, whole_name)
+    assert second.alive(), second.tail()

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gangsched.core.decisions import Binding, PodRef, Preempt, Victim
+from gangsched.core.decisions import Binding, Evict, PodRef, Preempt, Victim
 from gangsched.kube.client import FencedError
 from gangsched.kube.preemptor import Outcome, Preemptor
 from tests.kube.test_service import NODES, PODGROUPS, members, node, podgroup, until
@@ -244,6 +244,58 @@ async def test_a_fence_that_closes_mid_way_stops_the_deletes() -> None:
     assert {r.verb for r in rig.kube.fenced} <= {"patch", "delete"}
     assert all(rig.pod(f"low-{i}") is not None for i in range(2))
     assert rig.kube.sent("create", "/events$") == []
+
+
+async def test_every_victim_is_marked_before_any_is_deleted() -> None:
+    """The marks are the durable record of the decision: all of them are written first."""
+    rig = Rig(4, 1)
+    await rig.preemptor.preempt(_decision(4, 1))
+    verbs = [
+        r.verb
+        for r in rig.kube.requests
+        if r.path.startswith(f"{PODS}/low-") and r.verb in ("patch", "delete")
+    ]
+    assert verbs == ["patch"] * 4 + ["delete"] * 4
+
+
+async def test_a_victim_whose_mark_failed_is_not_deleted_and_the_others_are() -> None:
+    rig = Rig(2, 1)
+    rig.kube.fail("patch", "/low-1/status$", 403, times=99)
+    result = await rig.preemptor.preempt(_decision(2, 1))
+    assert [r.outcome for r in result.victims] == [Outcome.EVICTED, Outcome.FAILED]
+    assert rig.pod("low-0") is None and rig.pod("low-1") is not None
+
+
+async def test_an_eviction_carried_out_later_keeps_existing_marks_and_marks_the_rest() -> None:
+    rig = Rig(3, 0)
+    mark = "gangsched: preempting to accommodate a higher priority gang ml/high (priority 1000)"
+    d = Evict(
+        "ml/low",
+        tuple(
+            Victim(PodRef(f"l{i}", "ml", f"low-{i}"), f"n{i}", 10, "ml/low", marked=i == 0)
+            for i in range(3)
+        ),
+        f"carrying out an eviction decided earlier ({mark}): evicting 3 pod(s) of gang ml/low",
+    )
+    results = await rig.preemptor.evict(d)
+    assert [r.outcome for r in results] == [Outcome.EVICTED] * 3
+    assert rig.order("low-0") == ["delete", "event Preempted"]
+    for i in (1, 2):
+        assert rig.order(f"low-{i}") == ["status", "delete", "event Preempted"]
+    patch = rig.kube.sent("patch", "/low-1/status$")[0].body
+    [cond] = patch["status"]["conditions"]
+    assert cond["reason"] == "PreemptionByScheduler"
+    assert cond["message"] == f"gangsched: {d.message}"
+    note = rig.kube.sent("create", "/events$")[0].body["note"]
+    assert note.startswith("carrying out an eviction decided earlier") and " on node n" in note
+
+
+async def test_a_fenced_eviction_sends_nothing() -> None:
+    rig = Rig(1, 0, fence=lambda: False)
+    d = Evict("ml/low", (Victim(PodRef("l0", "ml", "low-0"), "n0", 10, "ml/low"),), "why")
+    with pytest.raises(FencedError):
+        await rig.preemptor.evict(d)
+    assert rig.kube.requests == [] and rig.preemptor.fenced == 1
 
 
 async def test_a_plain_pod_preemptor_is_named_as_a_pod() -> None:

@@ -507,6 +507,15 @@ class World:
                 n += 1
         return n
 
+    def holding(self, job: JobDef) -> bool:
+        """Some member runs (bound, not finished) or is reserved."""
+        for i in range(job.size):
+            uid = job.uid(i)
+            p = self.truth.get(uid)
+            if p is not None and ((p.node_name and not p.terminal) or uid in self.s.cache.assumed):
+                return True
+        return False
+
     # ---- invariants --------------------------------------------------------------------
     def check(self) -> None:
         used = self.used()
@@ -539,7 +548,9 @@ class World:
         for job in self.jobs:
             if not job.gang or job.mode is not GangMode.STRICT or job.key in self.tainted:
                 continue
-            held = self.held(job)
+            # A gang holds nothing once no member runs or is reserved (members that succeeded
+            # hold no capacity): then it may have any number of finished members.
+            held = self.held(job) if self.holding(job) else 0
             assert held == 0 or held >= job.min_member, (
                 f"Strict gang {job.key} holds {held} of minMember {job.min_member} "
                 f"at t={self.clock.now()}"

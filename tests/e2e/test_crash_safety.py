@@ -1,0 +1,148 @@
+"""Crash safety of preemption on the real control plane: gangsched SIGKILLed at the exact
+moments of an eviction (a victim marked, every victim marked, the first delete accepted,
+between deletes), then restarted. Whatever the moment, once the restart settles no Strict gang
+runs below its minMember, the preemptor binds whole, and no node is over-committed.
+
+The moments are reached through the scheduler's failpoints (``GANGSCHED_FAILPOINTS``,
+kube/failpoints.py): the process kills itself right after the Nth mark or delete is accepted,
+so each trial is exact rather than a race between a test's watch and the scheduler.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangsched.devcluster import ControlPlane
+
+from .conftest import SchedulerProcess
+from .kube import bound, condition, pods, wait_for
+from .test_preemption import (  # noqa: F401 (a fixture)
+    HIGH,
+    LOW,
+    create_all,
+    gang,
+    gpus_per_node,
+    members,
+    priority_classes,
+)
+
+Nodes = Callable[..., dict[str, str]]
+
+
+@pytest.fixture
+def processes() -> Iterator[list[SchedulerProcess]]:
+    started: list[SchedulerProcess] = []
+    yield started
+    for p in started:
+        p.stop()
+
+
+def running_members(state: dict[str, dict[str, Any]], name: str) -> int:
+    """Members bound and neither finished nor being deleted."""
+    return sum(
+        1
+        for p in members(state, name).values()
+        if p["spec"].get("nodeName")
+        and not p["metadata"].get("deletionTimestamp")
+        and p["status"].get("phase") not in ("Succeeded", "Failed")
+    )
+
+
+def partial(state: dict[str, dict[str, Any]], size: int) -> dict[str, int]:
+    """Strict gangs running with some but not all of their members."""
+    out = {}
+    for name in ("low-a", "low-b"):
+        n = running_members(state, name)
+        if 0 < n < size:
+            out[name] = n
+    return out
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "evict.marked=1",  # the first victim marked
+        "evict.marked=8",  # every victim marked, none deleted
+        "evict.deleted=1",  # the first delete accepted
+        "evict.deleted=4",  # between deletes
+    ],
+)
+def test_a_preemption_interrupted_by_a_crash_is_carried_out_by_the_next_process(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    processes: list[SchedulerProcess],
+    tmp_path: Path,
+    moment: str,
+) -> None:
+    cp = control_plane
+    sched = "gs-" + uuid.uuid4().hex[:6]
+    sel = nodes(4, gpus=4)
+    log = tmp_path / "sched.log"
+    # 4 nodes x 4 GPUs filled by two Strict gangs of 8 x 1 GPU
+    first = SchedulerProcess(
+        cp, log, "--scheduler-name", sched, env={"GANGSCHED_FAILPOINTS": moment}
+    ).start()
+    processes.append(first)
+    for name in ("low-a", "low-b"):
+        create_all(cp, gang(ns, name, 8, sel, LOW, scheduler=sched))
+        wait_for(
+            f"gang {name} running",
+            lambda name=name: running_members(pods(cp, ns), name) == 8,  # type: ignore[misc]
+            timeout=60,
+        )
+    # a gang of 2 x 2 GPUs of higher priority: one low gang must go, whole
+    high = gang(ns, "high", 2, sel, HIGH, scheduler=sched)
+    for p in high[1:]:
+        p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    create_all(cp, high)
+    assert first.proc is not None
+    wait_for("the scheduler to kill itself at " + moment, lambda: not first.alive(), timeout=60)
+    assert first.proc.returncode == -9, first.tail()
+    state = pods(cp, ns)
+    low = {n: p for name in ("low-a", "low-b") for n, p in members(state, name).items()}
+    marked = [
+        n
+        for n, p in low.items()
+        if (c := condition(p, "DisruptionTarget")) is not None and c.get("status") == "True"
+    ]
+    point, _, count = moment.partition("=")
+    if point == "evict.marked":
+        # killed after ``count`` marks were accepted (others may have been in flight), before
+        # any delete: every victim still runs, some of them marked
+        assert len(low) == 16 and int(count) <= len(marked) <= 8, (len(low), marked)
+    else:
+        # killed after ``count`` deletes were accepted (others may have been in flight)
+        assert len(low) <= 16 - int(count), len(low)
+    second = SchedulerProcess(cp, log, "--scheduler-name", sched).start()
+    processes.append(second)
+    wait_for(
+        "the high gang bound whole after the restart",
+        lambda: len(members(bound(cp, ns), "high")) == 2,
+        timeout=90,
+    )
+    # settled: the victim gang is gone whole, the other untouched, and it stays so
+    deadline = time.monotonic() + 3
+    while True:
+        state = pods(cp, ns)
+        assert not partial(state, 8), f"a Strict gang left running part-way: {partial(state, 8)}"
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    counts = sorted(running_members(state, name) for name in ("low-a", "low-b"))
+    assert counts == [0, 8], counts
+    per_node = gpus_per_node(cp, ns)
+    assert max(per_node.values()) <= 4, f"over-committed: {per_node}"
+    resumed = re.search(r"^gangsched_evictions_resumed_total (\S+)$", second.metrics(), re.M)
+    assert resumed is not None
+    left = [n for n in marked if not low[n]["metadata"].get("deletionTimestamp")]
+    if left:  # victims left running at the crash: the restarted process evicted them
+        assert float(resumed.group(1)) >= len(left), (resumed.group(0), left)
