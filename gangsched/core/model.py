@@ -291,6 +291,8 @@ class Pod:
     # ``PreemptionByScheduler``: a scheduler decided to evict the pod (core/eviction.py reads
     # whether it was this one); empty otherwise.
     disruption: str = ""
+    # When the pod's PodScheduled condition turned True (its binding), 0 when unknown.
+    bound_at: float = 0.0
     # The devices this pod's GPUs were recorded on (Koordinator's device-allocated
     # annotation), by index; empty when none is recorded.
     gpu_devices: tuple[int, ...] = ()

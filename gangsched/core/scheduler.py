@@ -712,6 +712,22 @@ class Scheduler:
                 milli += min(info.requested.get(GPU, 0), total) * MILLI
         return devices, milli
 
+    def bound_since(self, when: float) -> list[Pod]:
+        """This scheduler's pods bound at ``when`` or later (``Pod.bound_at``) and not
+        finished, in uid order. O(pods)."""
+        name = self.config.scheduler_name
+        return sorted(
+            (
+                p
+                for p in self.cache.pods.values()
+                if p.scheduler_name == name
+                and p.node_name
+                and not p.terminal
+                and p.bound_at >= when
+            ),
+            key=lambda p: p.uid,
+        )
+
     def group_size(self, key: str) -> int:
         """How many pods name group ``key``, whatever their scheduler."""
         tally = self.group_pods.get(key)

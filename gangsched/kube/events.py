@@ -80,6 +80,9 @@ class _Series:
     timer: asyncio.TimerHandle | None = None
     queued: bool = False
     tries: int = 0
+    # The Event's name when it is fixed by what it says (``record``'s ``name``): written at
+    # most once, whoever writes it; a create that finds it there is done.
+    fixed: str = ""
 
     @property
     def needs_create(self) -> bool:
@@ -118,14 +121,26 @@ class EventRecorder:
         self._swept = monotonic()
         self.created = 0
         self.updated = 0
+        self.existing = 0  # fixed-name Events found written already
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._series.values())
 
     # ---- occurrences -------------------------------------------------------------------
     def record(
-        self, pod: PodRef, kind: str, reason: str, action: str, note: str, *, urgent: bool = False
+        self,
+        pod: PodRef,
+        kind: str,
+        reason: str,
+        action: str,
+        note: str,
+        *,
+        urgent: bool = False,
+        name: str = "",
     ) -> None:
+        """One occurrence. ``name``: the Event's fixed name, for an event that happens once
+        per pod (Scheduled): a process that writes it again (after a restart, not knowing
+        whether its predecessor did) finds it there and writes nothing more."""
         note = note[:1024]
         now, wall = self._now(), self._wall()
         per_pod = self._series.setdefault(pod.uid, {})
@@ -135,6 +150,7 @@ class EventRecorder:
             s = None  # the series is over: a new Event
         if s is None:
             s = _Series(pod, kind, reason, action, urgent, note, first=wall, last=wall, seen=now)
+            s.fixed = name
             per_pod[key] = s
         elif note == s.note:
             s.count += 1
@@ -240,10 +256,15 @@ class EventRecorder:
                         raise
                     create = True  # the Event expired (the API server's event TTL): anew
             if create:
-                name = f"{s.pod.name}.{time.time_ns():x}{next(self._seq):x}"
+                name = s.fixed or f"{s.pod.name}.{time.time_ns():x}{next(self._seq):x}"
                 body = self._body(s, name, note, first, count, last)
-                await self._client.post(f"/apis/events.k8s.io/v1/namespaces/{ns}/events", body)
-                self.created += 1
+                try:
+                    await self._client.post(f"/apis/events.k8s.io/v1/namespaces/{ns}/events", body)
+                    self.created += 1
+                except ApiError as e:
+                    if not (s.fixed and e.status == 409):
+                        raise
+                    self.existing += 1  # written already (by a process before this one)
                 s.name, s.written_note, s.created = name, note, self._now()
         except ApiError as e:
             if e.retriable and s.tries < RETRIES and self._alive(s):

@@ -16,6 +16,7 @@ read first.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -37,7 +38,7 @@ from gangsched.kube.podstatus import (
     write_pod_condition,
 )
 
-__all__ = ["Reporter", "rfc3339"]
+__all__ = ["Reporter", "rfc3339", "scheduled_event_name"]
 
 COMPONENT = "gangsched"
 
@@ -54,6 +55,12 @@ class Reported(NamedTuple):
     status: GroupStatus
     signature: tuple[object, ...]
     condition: Mapping[str, Any] | None
+
+
+def scheduled_event_name(pod: PodRef) -> str:
+    """``<pod name>.<12 hex digits of the UID's hash>``: the same for every process."""
+    digest = hashlib.sha256(pod.uid.encode()).hexdigest()[:12]
+    return f"{pod.name[:240]}.{digest}"
 
 
 class Reporter:
@@ -79,14 +86,19 @@ class Reporter:
         self._events.record(pod, kind, reason, action, note, urgent=reason in URGENT_EVENTS)
 
     def scheduled(self, pod: PodRef, node: str) -> None:
+        """The Scheduled event, under a name fixed by the pod's UID: a restarted scheduler
+        that sends it again for a pod its predecessor bound (the event may have been lost
+        with the process) writes it only if it is not there."""
         self._conditions.pop(pod.uid, None)
         self._events.forget(pod.uid, "FailedScheduling")  # what it had not sent is moot now
-        self.event(
+        self._events.record(
             pod,
             "Normal",
             "Scheduled",
             "Binding",
             f"Successfully assigned {pod.namespace}/{pod.name} to {node}",
+            urgent="Scheduled" in URGENT_EVENTS,
+            name=scheduled_event_name(pod),
         )
 
     def unschedulable(self, pod: PodRef, reason: str, message: str) -> None:

@@ -73,6 +73,9 @@ log = structlog.get_logger("gangsched.service")
 
 MAX_IDLE = 5.0  # the loop turns at least this often, so /healthz can tell it is alive
 BIND_GRACE = 5.0  # on shutdown, how long bindings already under way may take to finish
+# Pods bound this recently get their Scheduled event sent again when the process starts (it
+# may have been lost with the process before): the window a crash and a restart take.
+RESEND_SCHEDULED_SECONDS = 600.0
 
 # Where each PodGroup convention's objects live, in precedence order.
 CRD_SOURCES = (
@@ -201,6 +204,7 @@ class SchedulerService:
             self.ready.set()
             # status only now: before every list is in, counts would miss pods not yet listed
             await self._report_all(force=True)
+            self._resend_scheduled()
             loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
             if self._status_resync > 0:
                 resync = asyncio.create_task(self._resync_status_forever(), name="status-resync")
@@ -660,6 +664,14 @@ class SchedulerService:
                 # preemptor runs out at its deadline
                 self.core.delete_failed(r.victim.pod.uid)
         self.poke()
+
+    def _resend_scheduled(self) -> None:
+        """The Scheduled events of pods bound in the last ``RESEND_SCHEDULED_SECONDS``: a
+        process before this one may have exited (SIGKILL, a lost lease) before it wrote them.
+        Each has a name fixed by the pod, so one already written is not written twice."""
+        since = self.core.clock.now() - RESEND_SCHEDULED_SECONDS
+        for pod in self.core.bound_since(since):
+            self.reporter.scheduled(PodRef(pod.uid, pod.namespace, pod.name), pod.node_name)
 
     def _clear_nomination(self, ref: PodRef) -> None:
         """A pod released from a hold that a preemption nominated it for: its

@@ -759,6 +759,7 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
         preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
         nominated_node=_text(status.get("nominatedNodeName"), ""),
         disruption=_disruption(status),
+        bound_at=_bound_at(status),
     )
     labels = _str_map(meta.get("labels"), "metadata.labels")
     annotations = _str_map(meta.get("annotations"), "metadata.annotations")
@@ -1008,6 +1009,20 @@ def _disruption(status: Obj) -> str:
         ):
             return _text(c.get("message"), "") or "(no message)"
     return ""
+
+
+def _bound_at(status: Obj) -> float:
+    """When the ``PodScheduled`` condition turned ``True``, 0 when it has not (or cannot be
+    read)."""
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return 0.0
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == "PodScheduled":
+            if c.get("status") != "True":
+                return 0.0
+            return timestamp(c.get("lastTransitionTime"))
+    return 0.0
 
 
 def _text(v: object, default: str) -> str:

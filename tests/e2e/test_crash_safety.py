@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 from gangsched.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
-from .kube import bound, condition, pods, wait_for
+from .kube import bound, condition, events, pods, wait_for
 from .test_preemption import (  # noqa: F401 (a fixture)
     HIGH,
     LOW,
@@ -141,6 +142,15 @@ def test_a_preemption_interrupted_by_a_crash_is_carried_out_by_the_next_process(
     assert counts == [0, 8], counts
     per_node = gpus_per_node(cp, ns)
     assert max(per_node.values()) <= 4, f"over-committed: {per_node}"
+    # every pod bound gets one Scheduled event, whichever process wrote it (the restarted one
+    # sends them again for pods bound recently, under the same name)
+    scheduled = Counter(
+        (e.get("regarding") or {}).get("name", "")
+        for e in events(cp, ns)
+        if e.get("reason") == "Scheduled"
+    )
+    for name in bound(cp, ns):
+        assert scheduled[name] == 1, (name, scheduled[name])
     resumed = re.search(r"^gangsched_evictions_resumed_total (\S+)$", second.metrics(), re.M)
     assert resumed is not None
     left = [n for n in marked if not low[n]["metadata"].get("deletionTimestamp")]

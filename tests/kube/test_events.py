@@ -28,8 +28,8 @@ class Clock:
 
 
 class Rig:
-    def __init__(self, **kw: Any) -> None:
-        self.kube = FakeKube()
+    def __init__(self, kube: FakeKube | None = None, **kw: Any) -> None:
+        self.kube = kube or FakeKube()
         self.outbox = Outbox(workers=1)
         self.clock = Clock()
         self.wall = 1_700_000_000.0
@@ -222,3 +222,20 @@ async def test_a_series_is_over_after_six_minutes_without_a_repeat() -> None:
     assert len(rig.events()) == 2
     assert all("series" not in e for e in rig.events())
     await rig.outbox.stop()
+
+
+async def test_an_event_with_a_fixed_name_is_written_once_whoever_writes_it() -> None:
+    """A restarted scheduler sends the Scheduled event again for a pod its predecessor bound:
+    under its fixed name, the second create finds it there, and nothing is duplicated."""
+    first = await _rig()
+    note = "Successfully assigned ml/train-0 to n1"
+    first.recorder.record(POD, "Normal", "Scheduled", "Binding", note, name="train-0.abc")
+    await first.settle()
+    second = Rig(first.kube)  # the same API server
+    second.outbox.start()
+    second.recorder.record(POD, "Normal", "Scheduled", "Binding", note, name="train-0.abc")
+    await second.settle()
+    [event] = first.events()
+    assert event["metadata"]["name"] == "train-0.abc" and event["note"] == note
+    assert (first.recorder.created, second.recorder.created) == (1, 0)
+    assert second.recorder.existing == 1
