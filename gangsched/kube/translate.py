@@ -57,7 +57,12 @@ from gangsched.core.resources import (
 )
 from gangsched.kube import labels as lbl
 from gangsched.kube.gpushare import GpuLabels, devices_from
-from gangsched.kube.membership import Membership, resolve_membership, scheduling_group
+from gangsched.kube.membership import (
+    MAX_MEMBERS,
+    Membership,
+    resolve_membership,
+    scheduling_group,
+)
 from gangsched.kube.topology import completion_index, kueue_domain, podgroup_domain
 
 __all__ = [
@@ -849,11 +854,13 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
 
 
 # ---- PodGroups -----------------------------------------------------------------------------
-def _int(v: object, field: str, minimum: int = 0) -> int:
+def _int(v: object, field: str, minimum: int = 0, maximum: int | None = None) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise SpecError(f"{field}: expected an integer, got {_shown(v)}")
     if v < minimum:
-        raise SpecError(f"{field}: must be >= {minimum}, got {v}")
+        raise SpecError(f"{field}: must be >= {minimum}, got {_shown(v)}")
+    if maximum is not None and v > maximum:
+        raise SpecError(f"{field}: must be <= {maximum}, got {_shown(v)}")
     return v
 
 
@@ -871,7 +878,7 @@ def _podgroup_from(obj: Obj) -> GangSpec:
     created = timestamp(meta.get("creationTimestamp"))
     try:
         spec = _map(obj.get("spec"), "spec")
-        min_member = _int(spec.get("minMember", 1), "spec.minMember", 1)
+        min_member = _int(spec.get("minMember", 1), "spec.minMember", 1, MAX_MEMBERS)
         timeout = spec.get("scheduleTimeoutSeconds")
         roles = tuple(
             _role(r, f"spec.roles[{i}]")
