@@ -45,6 +45,8 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _run_async(main: Any, prog: str) -> int:
+    from gangsched.logging import stop_message
+
     async def runner() -> None:
         task = asyncio.ensure_future(main)
         loop = asyncio.get_running_loop()
@@ -56,13 +58,13 @@ def _run_async(main: Any, prog: str) -> int:
     try:
         asyncio.run(runner())
     except (OSError, *kube_config_errors()) as e:  # type: ignore[misc]
-        print(f"{prog}: cannot connect: {e}", file=sys.stderr)
+        stop_message(prog, f"cannot connect: {e}")
         return 2
     except fatal_stops() as e:
         # An orderly stop for a reason the process cannot recover from (the leader lease was
         # lost, the PodGroup controller stopped): the app has logged it and flushed its writes;
         # exit non-zero so the kubelet restarts the container.
-        print(f"{prog}: {e}", file=sys.stderr)
+        stop_message(prog, str(e))
         return 1
     return 0
 

@@ -27,8 +27,14 @@ from typing import Any
 import yaml
 
 from gangsched.core.status import MEMBERS_LOST, count_members, group_status
-from gangsched.kube.membership import Source, resolve_membership
-from gangsched.kube.translate import timestamp
+from gangsched.kube.membership import (
+    MAX_MEMBERS,
+    Membership,
+    Source,
+    resolve_membership,
+    scheduling_group,
+)
+from gangsched.kube.translate import podgroup_from, timestamp
 
 __all__ = ["GangRow", "default_namespace", "gang_rows", "main", "render"]
 
@@ -51,7 +57,7 @@ class GangRow:
     name: str
     source: str
     phase: str
-    min_member: int  # 0: not known (no PodGroup)
+    min_member: int  # 0: not known (no PodGroup, or its minMember is invalid)
     members: dict[str, int] = field(default_factory=dict)  # role -> pods
     bound: dict[str, int] = field(default_factory=dict)  # role -> bound pods
     nodes: dict[str, int] = field(default_factory=dict)  # node -> member pods on it
@@ -59,6 +65,17 @@ class GangRow:
     # A pod gangsched refuses, in a row of its own: the pod, and its gang when it names one
     pod: str = ""
     gang: str = ""
+    # The PodGroup's spec.minMember is not one the scheduler accepts (not an integer from 1
+    # to MAX_MEMBERS): MIN shows "invalid", never a made-up 1 or a number too long to read.
+    min_member_invalid: bool = False
+
+
+def _min_member(spec: Mapping[str, Any]) -> int:
+    """A PodGroup's spec.minMember as the scheduler reads it (1 when absent), 0 when invalid."""
+    raw = spec.get("minMember", 1)
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_MEMBERS:
+        return 0
+    return raw
 
 
 def _role_text(members: Mapping[str, int], bound: Mapping[str, int]) -> str:
@@ -101,13 +118,14 @@ def gang_rows(
         spec = pg.get("spec") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         objects[key] = pg
-        min_member = spec.get("minMember", 1)
+        min_member = _min_member(spec if isinstance(spec, Mapping) else {})
         rows[key] = GangRow(
             namespace=str(meta.get("namespace", "")),
             name=str(meta.get("name", "")),
             source=SOURCES[Source.GANGSCHED],
             phase="",
-            min_member=min_member if isinstance(min_member, int) and min_member >= 1 else 1,
+            min_member=min_member,
+            min_member_invalid=min_member == 0,
         )
     refused: list[GangRow] = []
     waiting: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
@@ -115,12 +133,16 @@ def gang_rows(
     for pod in pods:
         meta = pod.get("metadata") or {}
         ns = str(meta.get("namespace", ""))
-        m = resolve_membership(
-            ns,
-            meta.get("labels") or {},
-            meta.get("annotations") or {},
-            timestamp(meta.get("creationTimestamp")),
-        )
+        try:
+            m = resolve_membership(
+                ns,
+                meta.get("labels") or {},
+                meta.get("annotations") or {},
+                timestamp(meta.get("creationTimestamp")),
+                scheduling_group(pod.get("spec") or {}),
+            )
+        except ValueError as e:  # an unreadable spec.schedulingGroup
+            m = Membership(error=str(e))
         why = _waiting(pod)
         refusal = ("InvalidPod", m.error) if m.error else why
         if refusal is not None and refusal[0] in REFUSED:
@@ -169,6 +191,9 @@ def gang_rows(
             cond = _condition(obj)
             reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
             attempted = bool(status.get("scheduleStartTime")) or bool(status.get("waiting"))
+            if not message and (problem := podgroup_from(obj).invalid_reason):
+                # the scheduler's word before it has written it (as core/cycle.py says it)
+                reason, message = "InvalidSpec", f"PodGroup {key} is invalid: {problem}"
         else:
             reason, message = common[0][0] if common else ("", "")
             attempted = any(r not in NOT_ATTEMPTED for r, _ in waiting[key])
@@ -209,7 +234,8 @@ def render(rows: Sequence[GangRow], wide: bool, all_namespaces: bool) -> str:
             nodes = f"{len(r.nodes)} nodes"
         why = r.why if wide else r.why[:80]
         members = "-" if r.pod else _role_text(r.members, r.bound)
-        line = [r.name, r.phase, str(r.min_member or "-"), members, nodes]
+        least = "invalid" if r.min_member_invalid else str(r.min_member or "-")
+        line = [r.name, r.phase, least, members, nodes]
         if all_namespaces:
             line.insert(0, r.namespace)
         if wide:

@@ -396,6 +396,37 @@ def test_topology(spec: Schema) -> None:
 # ----------------------------------------------------------------------------------- status
 
 
+LONGEST_PREFIX = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 61])
+
+
+def _placement_keys(spec: Schema) -> list[Schema]:
+    placement = spec["properties"]["topologyPlacement"]
+    return [
+        placement["properties"]["required"],
+        placement["properties"]["preferred"],
+        placement["properties"]["slices"]["properties"]["podLabel"],
+        placement["properties"]["slices"]["properties"]["required"],
+    ]
+
+
+def key_accepted(node: Schema, key: str) -> bool:
+    return node["minLength"] <= len(key) <= node["maxLength"] and bool(
+        re.match(node["pattern"], key)
+    )
+
+
+def test_topology_placement_keys_are_bounded_as_label_keys(spec: Schema) -> None:
+    """A label key is at most 253 + 1 + 63 characters; the name's 63 is in the pattern too.
+    What the pattern cannot bound (a prefix over 253 characters) the scheduler refuses."""
+    assert len(LONGEST_PREFIX) == 253
+    for node in _placement_keys(spec):
+        assert (node["type"], node["minLength"], node["maxLength"]) == ("string", 1, 317)
+        assert not key_accepted(node, LONGEST_PREFIX + "/" + "n" * 64)
+        assert not key_accepted(node, "a" * 318)
+    with pytest.raises(ValueError, match="is not a valid label key"):
+        podgroup_domain({"required": "a" + LONGEST_PREFIX + "/rack"})
+
+
 @pytest.mark.parametrize(
     ("key", "ok"),
     [
@@ -408,18 +439,19 @@ def test_topology(spec: Schema) -> None:
         ("/rack", False),
         ("rack!", False),
         ("a/b/c", False),
+        # The longest label key: a 253-character prefix, '/', a 63-character name.
+        (LONGEST_PREFIX + "/" + "n" * 63, True),
+        ("n" * 63, True),
+        ("n" * 64, False),
+        ("n" * 312, False),
+        (LONGEST_PREFIX + "/" + "n" * 64, False),
     ],
 )
 def test_topology_placement_keys_agree_with_the_scheduler(spec: Schema, key: str, ok: bool) -> None:
-    """The CRD's label-key pattern and the scheduler's own check accept the same keys."""
-    placement = spec["properties"]["topologyPlacement"]
-    for node in (
-        placement["properties"]["required"],
-        placement["properties"]["preferred"],
-        placement["properties"]["slices"]["properties"]["podLabel"],
-        placement["properties"]["slices"]["properties"]["required"],
-    ):
-        assert bool(re.match(node["pattern"], key)) is ok, (node["pattern"], key)
+    """The CRD's label-key pattern and length and the scheduler's own check accept the same
+    keys."""
+    for node in _placement_keys(spec):
+        assert key_accepted(node, key) is ok, (node["pattern"], key)
     try:
         podgroup_domain({"required": key})
         parsed = True

@@ -122,7 +122,12 @@ class GangCycle:
         if need > 0 and strict:
             short = self._prefilter(gang, h, need)
             if short:
-                return Attempt(reason="Unschedulable", message=short)
+                # A required level no node carries is why the gang waits whatever the
+                # capacity: it comes first.
+                missing = self._level_on_no_node(spec.domain or _asked_on_pods(h.pending))
+                return Attempt(
+                    reason="Unschedulable", message=f"{missing}; {short}" if missing else short
+                )
 
         members = self._order(gang, h.pending)
         domain = spec.domain or _asked_on_pods(members)
@@ -348,6 +353,14 @@ class GangCycle:
         if info is None or info.node is None:
             return None
         return info.node.labels.get(key)
+
+    def _level_on_no_node(self, c: DomainConstraint) -> str:
+        """A required level (the gang's or its slices') that no ready node has the label
+        of, as the topology message says it; '' when each has one."""
+        for key in (c.required, c.slice_required):
+            if key and not self._cache.domain_nodes(key):
+                return f"topology ({c.describe()}): no ready node has the label {key}"
+        return ""
 
     def _prefilter(self, gang: Gang, h: Holdings, need: int) -> str:
         """Could the ``need`` members still missing (and minResources) fit in the cluster's

@@ -97,21 +97,39 @@ def gpu_demand(requests: Mapping[str, int]) -> GpuDemand | str | None:
             f"resources.{KOORD_MEMORY}: an absolute GPU memory request is not supported; "
             f"ask for {KOORD_MEMORY}-ratio (percent of one GPU) or {KOORD_CORE}"
         )
-    percent = max(requests.get(KOORD_CORE, 0), requests.get(KOORD_RATIO, 0))
+    shared = requests.get(KOORD_SHARED)
+    if shared is not None and shared < 1:
+        return (
+            f"resources.{KOORD_SHARED}: must be at least 1 (the number of GPUs the share is "
+            f"spread over), got {shared}"
+        )
+    core, ratio = requests.get(KOORD_CORE, 0), requests.get(KOORD_RATIO, 0)
+    percent = max(core, ratio)
     if percent <= 0:
         return None
-    shared = requests.get(KOORD_SHARED, 0)
-    if shared <= 0:
+    # The field the share is counted from (the larger percentage), the one a refusal names.
+    if core > ratio:
+        field = f"resources.{KOORD_CORE}"
+    elif ratio > core:
+        field = f"resources.{KOORD_RATIO}"
+    else:
+        field = ", ".join(f"resources.{k}" for k in (KOORD_CORE, KOORD_RATIO) if k in requests)
+    if shared is None:
+        if percent > 100 and percent % 100:
+            return (
+                f"{field}: {percent} percent is more than one GPU and not a whole number of "
+                f"GPUs; ask for a multiple of 100, or set {KOORD_SHARED} to spread it over "
+                "several GPUs"
+            )
         shared = percent // 100 if percent > 100 else 1
     if percent % shared:
-        return (
-            f"resources.{KOORD_CORE}: {percent} is not divisible over {KOORD_SHARED}={shared} GPUs"
-        )
+        return f"{field}: {percent} is not divisible over {KOORD_SHARED}={shared} GPUs"
     per = percent // shared
     if per > 100:
         return (
-            f"resources.{KOORD_CORE}: {percent} percent over {shared} GPU(s) is more than one "
-            f"GPU each; use a multiple of 100, or set {KOORD_SHARED}"
+            f"{field}: {percent} percent over {KOORD_SHARED}={shared} GPUs is {per} percent "
+            f"of each GPU, more than one GPU holds; spread it over at least "
+            f"{-(-percent // 100)} GPUs"
         )
     return GpuDemand(shared, per * 10, shared=True)
 

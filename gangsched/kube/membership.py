@@ -39,7 +39,11 @@ from typing import Any
 from gangsched.core.model import GangMode, GangSpec
 from gangsched.kube import labels as lbl
 
-__all__ = ["Membership", "Source", "resolve_membership", "scheduling_group"]
+__all__ = ["MAX_MEMBERS", "Membership", "Source", "resolve_membership", "scheduling_group"]
+
+# The most members a gang may ask for: Kubernetes' PodGroup fields are int32 (the gangsched
+# CRD's spec.minMember, the upstream gang.minCount). A larger minimum is refused.
+MAX_MEMBERS = 2**31 - 1
 
 
 class Source:
@@ -82,12 +86,15 @@ def _duration(text: str) -> float:
 
 
 def _positive_int(text: str, what: str) -> int:
+    shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
     try:
         n = int(text.strip())
     except ValueError:
-        raise ValueError(f"{what} must be a whole number, got {text!r}") from None
+        raise ValueError(f"{what} must be a whole number, got {shown}") from None
     if n < 1:
         raise ValueError(f"{what} must be at least 1, got {n}")
+    if n > MAX_MEMBERS:
+        raise ValueError(f"{what} must be at most {MAX_MEMBERS}, got {shown}")
     return n
 
 
@@ -130,7 +137,10 @@ def resolve_membership(
             if num := annotations.get(lbl.GROUP_POD_NUM_ANNOTATION):
                 n = _positive_int(num, lbl.GROUP_POD_NUM_ANNOTATION)
                 implicit = GangSpec(key, n, created=created)
-            found.append(Membership(key, Source.VOLCANO, role, implicit))
+            # With the member count the annotations alone declare the gang; without it they
+            # name a Volcano PodGroup.
+            source = Source.VOLCANO if implicit is None else Source.ANNOTATIONS
+            found.append(Membership(key, source, role, implicit))
         for name_label, min_label in (
             (lbl.POD_GROUP_NAME_LABEL, lbl.POD_GROUP_MIN_LABEL),
             (lbl.SIGS_POD_GROUP_NAME_LABEL, lbl.SIGS_POD_GROUP_MIN_LABEL),

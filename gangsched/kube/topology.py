@@ -27,6 +27,7 @@ __all__ = [
     "completion_index",
     "kueue_domain",
     "podgroup_domain",
+    "shown",
     "upstream_domain",
 ]
 
@@ -37,19 +38,45 @@ KUEUE_SLICE_SIZE: Final = "kueue.x-k8s.io/podset-slice-size"
 COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 
 
+# The most of a user's value a message shows: the messages land in events and the PodGroup's
+# status, which must not echo an arbitrarily long value.
+SHOWN_MAX = 63
+
+
+def shown(v: object) -> str:
+    """``repr(v)`` for a message, bounded: a longer string is cut to its first ``SHOWN_MAX``
+    characters with an ellipsis and its length; any other value to as many characters."""
+    if isinstance(v, str):
+        if len(v) <= SHOWN_MAX:
+            return repr(v)
+        return f"{v[:SHOWN_MAX] + '...'!r} ({len(v)} characters)"
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 200:
+        return f"<integer of {v.bit_length()} bits>"
+    try:
+        text = repr(v)
+    except ValueError:  # a container holding an integer too long to print
+        return f"<unprintable {type(v).__name__}>"
+    return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX] + "..."
+
+
 def _label_key(v: object, field: str) -> str:
     """A node or pod label key, as Kubernetes validates one."""
     if not isinstance(v, str) or not v:
-        raise ValueError(f"{field}: expected a label key, got {v!r}")
+        raise ValueError(f"{field}: expected a label key, got {shown(v)}")
     if not valid_label_key(v):
-        raise ValueError(f"{field}: {v!r} is not a valid label key")
+        raise ValueError(
+            f"{field}: {shown(v)} is not a valid label key (an optional DNS subdomain prefix of "
+            "at most 253 characters and '/', then a name of at most 63 characters)"
+        )
     return v
 
 
 def _only(raw: Mapping[str, object], allowed: tuple[str, ...], field: str) -> None:
-    unknown = sorted(k for k in raw if k not in allowed)
+    unknown = sorted(shown(k) for k in raw if k not in allowed)
     if unknown:
-        raise ValueError(f"{field}: unknown field(s) {unknown}; known: {list(allowed)}")
+        raise ValueError(
+            f"{field}: unknown field(s) [{', '.join(unknown)}]; known: {list(allowed)}"
+        )
 
 
 def podgroup_domain(raw: object, field: str = "spec.topologyPlacement") -> DomainConstraint:
@@ -57,7 +84,7 @@ def podgroup_domain(raw: object, field: str = "spec.topologyPlacement") -> Domai
     if raw is None:
         return DomainConstraint()
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{field}: expected an object, got {raw!r}")
+        raise ValueError(f"{field}: expected an object, got {shown(raw)}")
     _only(raw, ("required", "preferred", "slices"), field)
     required = raw.get("required")
     preferred = raw.get("preferred")
@@ -72,13 +99,13 @@ def podgroup_domain(raw: object, field: str = "spec.topologyPlacement") -> Domai
         return out
     where = f"{field}.slices"
     if not isinstance(slices, Mapping):
-        raise ValueError(f"{where}: expected an object, got {slices!r}")
+        raise ValueError(f"{where}: expected an object, got {shown(slices)}")
     _only(slices, ("podLabel", "size", "required"), where)
     label, size = slices.get("podLabel"), slices.get("size")
     if (label is None) == (size is None):
         raise ValueError(f"{where}: set exactly one of podLabel and size")
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ValueError(f"{where}.size: expected an integer >= 1, got {size!r}")
+        raise ValueError(f"{where}.size: expected an integer >= 1, got {shown(size)}")
     return DomainConstraint(
         required=out.required,
         preferred=out.preferred,
@@ -96,19 +123,19 @@ def upstream_domain(spec: Mapping[str, object]) -> DomainConstraint:
         return DomainConstraint()
     field = "spec.schedulingConstraints"
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{field}: expected an object, got {raw!r}")
+        raise ValueError(f"{field}: expected an object, got {shown(raw)}")
     topology = raw.get("topology")
     if topology is None:
         return DomainConstraint()
     if not isinstance(topology, list):
-        raise ValueError(f"{field}.topology: expected a list, got {topology!r}")
+        raise ValueError(f"{field}.topology: expected a list, got {shown(topology)}")
     if len(topology) > 1:
         raise ValueError(f"{field}.topology: at most one entry, got {len(topology)}")
     if not topology:
         return DomainConstraint()
     entry = topology[0]
     if not isinstance(entry, Mapping):
-        raise ValueError(f"{field}.topology[0]: expected an object, got {entry!r}")
+        raise ValueError(f"{field}.topology[0]: expected an object, got {shown(entry)}")
     return DomainConstraint(required=_label_key(entry.get("key"), f"{field}.topology[0].key"))
 
 
@@ -128,7 +155,9 @@ def kueue_domain(annotations: Mapping[str, str]) -> DomainConstraint:
         if raw is None:
             raise ValueError(f"{field}[{KUEUE_SLICE_SIZE}]: required with {KUEUE_SLICE_REQUIRED}")
         if not raw.isdigit() or int(raw) < 1:
-            raise ValueError(f"{field}[{KUEUE_SLICE_SIZE}]: expected an integer >= 1, got {raw!r}")
+            raise ValueError(
+                f"{field}[{KUEUE_SLICE_SIZE}]: expected an integer >= 1, got {shown(raw)}"
+            )
         size = int(raw)
     return DomainConstraint(
         required=_label_key(required, f"{field}[{KUEUE_REQUIRED}]") if required else "",

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 
 import structlog
 
+from gangsched.core.gpu import KOORD_SHARED
 from gangsched.core.lifecycle import NONE, POLICIES
 from gangsched.core.model import (
     AffinityTerm,
@@ -50,12 +51,18 @@ from gangsched.core.quantity import QuantityError
 from gangsched.core.resources import (
     ContainerRequests,
     ResourceList,
+    parse_amount,
     parse_resource_list,
     pod_requests,
 )
 from gangsched.kube import labels as lbl
 from gangsched.kube.gpushare import GpuLabels, devices_from
-from gangsched.kube.membership import Membership, resolve_membership, scheduling_group
+from gangsched.kube.membership import (
+    MAX_MEMBERS,
+    Membership,
+    resolve_membership,
+    scheduling_group,
+)
 from gangsched.kube.topology import completion_index, kueue_domain, podgroup_domain
 
 __all__ = [
@@ -338,6 +345,24 @@ def _requests(spec: Obj, status: Obj) -> ResourceList:
         parse_resource_list(_map(spec.get("overhead"), "spec.overhead"), "spec.overhead"),
         level,
     )
+
+
+def _zero_share(spec: Obj) -> str:
+    """Why a container's ``koordinator.sh/gpu.shared`` of 0 cannot be honoured, or ''. The
+    pod's effective request leaves zero amounts out, so the core never sees this one."""
+    for key in ("containers", "initContainers"):
+        for i, c in enumerate(_list(spec.get(key), f"spec.{key}")):
+            res = _map(_map(c, f"spec.{key}[{i}]").get("resources"), "resources")
+            raw = _map(res.get("requests"), "requests").get(KOORD_SHARED)
+            if raw is None:
+                continue
+            field = f"spec.{key}[{c.get('name', i)}].resources.requests.{KOORD_SHARED}"
+            if parse_amount(KOORD_SHARED, raw, field) < 1:
+                return (
+                    f"{field}: must be at least 1 (the number of GPUs the share is spread "
+                    "over), got 0"
+                )
+    return ""
 
 
 # ---- pods: constraints on other pods, ports, gates, volumes --------------------------------
@@ -788,6 +813,9 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
         pod.derive_gpu()
         if pod.invalid_reason:  # a GPU request that cannot be honoured, naming the field
             problems.append(pod.invalid_reason)
+        if zero := _zero_share(spec):
+            problems.append(zero)
+            pod.gpu = None
         priority = spec.get("priority", 0)
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise SpecError(f"spec.priority: expected an integer, got {_shown(priority)}")
@@ -828,11 +856,13 @@ def _pod_from(obj: Obj) -> tuple[Pod, Membership]:
 
 
 # ---- PodGroups -----------------------------------------------------------------------------
-def _int(v: object, field: str, minimum: int = 0) -> int:
+def _int(v: object, field: str, minimum: int = 0, maximum: int | None = None) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise SpecError(f"{field}: expected an integer, got {_shown(v)}")
     if v < minimum:
-        raise SpecError(f"{field}: must be >= {minimum}, got {v}")
+        raise SpecError(f"{field}: must be >= {minimum}, got {_shown(v)}")
+    if maximum is not None and v > maximum:
+        raise SpecError(f"{field}: must be <= {maximum}, got {_shown(v)}")
     return v
 
 
@@ -850,7 +880,7 @@ def _podgroup_from(obj: Obj) -> GangSpec:
     created = timestamp(meta.get("creationTimestamp"))
     try:
         spec = _map(obj.get("spec"), "spec")
-        min_member = _int(spec.get("minMember", 1), "spec.minMember", 1)
+        min_member = _int(spec.get("minMember", 1), "spec.minMember", 1, MAX_MEMBERS)
         timeout = spec.get("scheduleTimeoutSeconds")
         roles = tuple(
             _role(r, f"spec.roles[{i}]")

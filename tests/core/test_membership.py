@@ -67,7 +67,7 @@ def test_volcano_annotation_names_a_podgroup() -> None:
 def test_volcano_annotation_with_pod_num_declares_the_gang() -> None:
     m = resolve(annotations=ANNOTATIONS)
     assert m == Membership(
-        "ml/train", Source.VOLCANO, implicit=GangSpec("ml/train", 4, created=CREATED)
+        "ml/train", Source.ANNOTATIONS, implicit=GangSpec("ml/train", 4, created=CREATED)
     )
 
 
@@ -119,11 +119,11 @@ def test_names_are_namespaced() -> None:
 ALL_SAME = [
     ("gangsched", GANGSCHED, {}),
     ("xk8s", XK8S, {}),
-    ("volcano", {}, ANNOTATIONS),
+    ("annotations", {}, ANNOTATIONS),
     ("labels", LABELS, {}),
     ("koordinator", {}, KOORD),
 ]
-ORDER = [Source.GANGSCHED, Source.XK8S, Source.VOLCANO, Source.LABELS, Source.KOORDINATOR]
+ORDER = [Source.GANGSCHED, Source.XK8S, Source.ANNOTATIONS, Source.LABELS, Source.KOORDINATOR]
 
 
 @pytest.mark.parametrize("first", range(len(ALL_SAME)), ids=[c[0] for c in ALL_SAME])

@@ -145,6 +145,45 @@ def test_nodes_without_the_level_take_no_member() -> None:
     assert f"no ready node has the label {RACK}" in failures(out)[0]
 
 
+def test_a_level_on_no_node_is_named_when_capacity_is_short_too() -> None:
+    """The cluster lacks the capacity and no node has the level's label: the message says
+    the label first (more capacity alone would not help), then the capacity."""
+    loose = [make_node(f"loose{i}").cpu("64").memory("256Gi").gpus(2).node() for i in range(2)]
+    for domain in (
+        DomainConstraint(required=RACK),
+        DomainConstraint(slice_required=RACK, slice_size=2),
+        DomainConstraint(preferred=BLOCK, slice_required=RACK, slice_size=2),
+    ):
+        s = scheduler(loose)
+        s.gang_upsert(gang("big", 8, domain=domain))
+        out = run(s, *(member(f"f{i}", "big") for i in range(8)))
+        assert not placed(out)
+        [message] = failures(out)
+        assert message == (
+            f"topology ({domain.describe()}): no ready node has the label {RACK}; "
+            "needs 8 nvidia.com/gpu for 8 more member(s) (minMember 8); 4 free in ready nodes"
+        )
+        assert s.gangs["ml/big"].message.startswith(message)
+
+
+def test_a_level_asked_for_on_the_pods_is_named_when_capacity_is_short_too() -> None:
+    loose = make_node("loose").cpu("64").memory("256Gi").gpus(2).node()
+    s = scheduler([loose])
+    s.gang_upsert(gang("big", 4))
+    asked = DomainConstraint(required=RACK)
+    out = run(s, *(member(f"f{i}", "big", domain=asked) for i in range(4)))
+    assert failures(out)[0].startswith(
+        f"topology (required {RACK}): no ready node has the label {RACK}; needs 4 nvidia.com/gpu"
+    )
+
+
+def test_capacity_alone_is_named_when_the_level_is_on_some_node() -> None:
+    s = scheduler(two_racks())
+    s.gang_upsert(gang("huge", 40, domain=DomainConstraint(required=RACK)))
+    out = run(s, *(member(f"h{i}", "huge") for i in range(40)))
+    assert failures(out)[0].startswith("needs 40 nvidia.com/gpu for 40 more member(s)")
+
+
 def test_a_member_of_a_placed_gang_joins_its_domain() -> None:
     s = scheduler(two_racks())
     s.gang_upsert(gang("g", 4, domain=DomainConstraint(required=RACK)))

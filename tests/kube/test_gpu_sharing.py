@@ -219,6 +219,73 @@ def test_a_gpu_request_that_cannot_be_honoured_refuses_the_pod(
     assert pod.gpu is None
 
 
+@pytest.mark.parametrize(
+    ("requests", "says"),
+    [
+        # The memory ratio is the field at fault, not gpu-core (which the pod does not set).
+        (
+            {RATIO: "250"},
+            "resources.koordinator.sh/gpu-memory-ratio: 250 percent is more than one GPU and "
+            "not a whole number of GPUs",
+        ),
+        (
+            {"koordinator.sh/gpu-core": "50", RATIO: "250"},
+            "resources.koordinator.sh/gpu-memory-ratio: 250 percent",
+        ),
+        (
+            {"koordinator.sh/gpu-core": "250", RATIO: "250"},
+            "resources.koordinator.sh/gpu-core, resources.koordinator.sh/gpu-memory-ratio: 250",
+        ),
+        (
+            {RATIO: "150", "koordinator.sh/gpu.shared": "4"},
+            "resources.koordinator.sh/gpu-memory-ratio: 150 is not divisible over "
+            "koordinator.sh/gpu.shared=4",
+        ),
+        # gpu.shared is set: the message says what is wrong with it, not to set it.
+        (
+            {"koordinator.sh/gpu-core": "300", "koordinator.sh/gpu.shared": "2"},
+            "resources.koordinator.sh/gpu-core: 300 percent over koordinator.sh/gpu.shared=2 "
+            "GPUs is 150 percent of each GPU, more than one GPU holds; spread it over at least "
+            "3 GPUs",
+        ),
+    ],
+)
+def test_a_refused_gpu_share_names_the_field_at_fault_and_the_situation(
+    requests: dict[str, str], says: str
+) -> None:
+    pod, _ = pod_from(_pod({"cpu": "1", **requests}))
+    assert says in pod.invalid_reason
+    if "koordinator.sh/gpu.shared" in requests:
+        assert "set koordinator.sh/gpu.shared" not in pod.invalid_reason
+    assert pod.gpu is None
+
+
+@pytest.mark.parametrize(
+    "requests",
+    [
+        {"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu.shared": "0"},
+        {"koordinator.sh/gpu-core": "0", "koordinator.sh/gpu.shared": "0"},
+        {"koordinator.sh/gpu.shared": "0"},
+    ],
+)
+def test_a_gpu_share_spread_over_zero_gpus_is_refused(requests: dict[str, str]) -> None:
+    pod, _ = pod_from(_pod({"cpu": "1", **requests}))
+    assert pod.invalid_reason == (
+        "spec.containers[c].resources.requests.koordinator.sh/gpu.shared: must be at least 1 "
+        "(the number of GPUs the share is spread over), got 0"
+    )
+    assert pod.gpu is None and pod.refused
+
+
+def test_a_zero_gpu_shared_in_the_cores_requests_is_refused() -> None:
+    pod = Pod("u", "ml", "p", {"koordinator.sh/gpu-core": 50, "koordinator.sh/gpu.shared": 0})
+    assert pod.invalid_reason == (
+        "resources.koordinator.sh/gpu.shared: must be at least 1 "
+        "(the number of GPUs the share is spread over), got 0"
+    )
+    assert pod.gpu is None
+
+
 def test_a_bad_gpu_request_is_reported_with_the_pods_other_problems() -> None:
     obj = _pod({"koordinator.sh/gpu-core": "150"})
     obj["spec"]["priority"] = "high"
@@ -440,3 +507,25 @@ async def test_the_service_places_shares_per_device_records_them_and_counts_them
         )
         assert not svc.pod("whole")["spec"].get("nodeName")
         assert not svc.pod("whole")["metadata"].get("annotations")
+
+
+async def test_the_service_never_binds_a_share_spread_over_zero_gpus() -> None:
+    kube = FakeKube()
+    allocatable = {"nvidia.com/gpu": "2", "koordinator.sh/gpu-core": "200", RATIO: "200"}
+    kube.seed("/api/v1/nodes", _node({}, {**allocatable, "pods": "110"}))
+    zero = _pod({"koordinator.sh/gpu-core": "50", "koordinator.sh/gpu.shared": "0"})
+    kube.seed(PODS, _named("zero", zero), _named("half", _pod(SHARE)))
+    async with _Service(kube, GpuLabels()) as svc:
+        await svc.until(
+            "the valid share bound", lambda: bool(svc.pod("half")["spec"].get("nodeName"))
+        )
+
+        def refused() -> str:
+            for c in (svc.pod("zero").get("status") or {}).get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                    return str(c.get("message", ""))
+            return ""
+
+        await svc.until("the zero share refused", lambda: bool(refused()))
+        assert "koordinator.sh/gpu.shared: must be at least 1" in refused()
+        assert not svc.pod("zero")["spec"].get("nodeName")

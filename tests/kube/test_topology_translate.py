@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from gangsched.core.model import DomainConstraint
+from gangsched.kube.statuscontroller import verdict
 from gangsched.kube.topology import completion_index, kueue_domain, podgroup_domain
 from gangsched.kube.translate import pod_from, podgroup_from, xk8s_podgroup_from
 from gangsched.kube.workloadapi import upstream_podgroup_from
@@ -52,6 +53,43 @@ def test_gangsched_topology_placement() -> None:
 def test_a_bad_topology_placement_makes_the_podgroup_invalid(raw: object, fragment: str) -> None:
     spec = podgroup_from(podgroup({"topologyPlacement": raw}))
     assert fragment in spec.invalid_reason
+
+
+LONG_KEY = "x" * 312  # no prefix; a name of 312 characters where 63 is the most
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"required": LONG_KEY}, "spec.topologyPlacement.required"),
+        ({"preferred": LONG_KEY}, "spec.topologyPlacement.preferred"),
+        ({"slices": {"size": 2, "required": LONG_KEY}}, "spec.topologyPlacement.slices.required"),
+        (
+            {"slices": {"podLabel": LONG_KEY, "required": RACK}},
+            "spec.topologyPlacement.slices.podLabel",
+        ),
+        ({LONG_KEY: RACK}, "spec.topologyPlacement: unknown field(s)"),
+    ],
+)
+def test_a_long_bad_value_is_not_echoed_whole(raw: object, field: str) -> None:
+    """The reason lands in the PodGroup's status and events: a long value is cut short."""
+    reason = podgroup_from(podgroup({"topologyPlacement": raw})).invalid_reason
+    assert field in reason
+    assert "'" + "x" * 63 + "...' (312 characters)" in reason
+    assert "x" * 64 not in reason
+    assert verdict(podgroup({"topologyPlacement": raw})).message == reason
+
+
+def test_a_long_value_of_another_type_is_cut_short_too() -> None:
+    reason = podgroup_from(podgroup({"topologyPlacement": ["x" * 500]})).invalid_reason
+    assert "spec.topologyPlacement: expected an object, got ['xxx" in reason
+    assert len(reason) < 150
+
+
+def test_a_long_bad_kueue_annotation_is_not_echoed_whole() -> None:
+    p, _ = pod_from(pod({"kueue.x-k8s.io/podset-required-topology": LONG_KEY}))
+    assert "kueue.x-k8s.io/podset-required-topology]: 'xxx" in p.invalid_reason
+    assert "x" * 64 not in p.invalid_reason
 
 
 def upstream(constraints: object) -> dict[str, Any]:
