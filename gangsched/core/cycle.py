@@ -96,10 +96,7 @@ class GangCycle:
                 wake=Wake.GANG,
             )
         need, need_roles = shortfall(spec, h.held, h.held_by_role, gang.satisfied_once)
-        if (need or need_roles) and (
-            h.live < spec.min_member
-            or any(h.live_by_role[r.name] < r.min_member for r in spec.roles)
-        ):
+        if (need or need_roles) and not spec.quorum(h.live, h.live_by_role):
             if h.gated:
                 return Attempt(
                     reason="SchedulingGated",

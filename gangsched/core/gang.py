@@ -142,10 +142,4 @@ def shortfall(
     """Members still needed for quorum: (overall, per role). (0, {}) means satisfied."""
     if satisfied_once and spec.once_satisfied_alone:
         return 0, {}
-    need = max(0, spec.min_member - held)
-    per_role = {
-        r.name: r.min_member - held_by_role[r.name]
-        for r in spec.roles
-        if held_by_role[r.name] < r.min_member
-    }
-    return need, per_role
+    return spec.missing(held, held_by_role)

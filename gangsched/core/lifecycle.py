@@ -86,9 +86,7 @@ def up_count(tally: MemberTally) -> int:
 
 def whole(spec: GangSpec, tally: MemberTally) -> bool:
     """At least minMember members up, and every role's own minimum."""
-    return up_count(tally) >= spec.min_member and all(
-        tally.up_by_role[r.name] >= r.min_member for r in spec.roles
-    )
+    return spec.quorum(up_count(tally), tally.up_by_role)
 
 
 def _ref(pod: Pod) -> PodRef:

@@ -389,6 +389,26 @@ class GangSpec:
     def name(self) -> str:
         return self.key.partition("/")[2]
 
+    # ---- quorum: the one rule every part of the scheduler asks -----------------------------
+    def quorum(self, count: int, by_role: Mapping[str, int]) -> bool:
+        """``count`` members (of whatever state the caller counts: bound, up, live, held),
+        ``by_role`` of them per role, reach the gang's quorum: at least minMember in all and
+        each role's own minimum. O(roles)."""
+        return count >= self.min_member and all(
+            by_role.get(r.name, 0) >= r.min_member for r in self.roles
+        )
+
+    def missing(self, count: int, by_role: Mapping[str, int]) -> tuple[int, dict[str, int]]:
+        """How far ``count`` members (``by_role`` per role) are from the quorum: (overall,
+        per role short of its minimum). (0, {}) exactly when ``quorum`` holds."""
+        need = max(0, self.min_member - count)
+        per_role = {
+            r.name: r.min_member - by_role.get(r.name, 0)
+            for r in self.roles
+            if by_role.get(r.name, 0) < r.min_member
+        }
+        return need, per_role
+
 
 @dataclass(frozen=True, slots=True)
 class DisruptionBudget:

@@ -72,15 +72,6 @@ _NOT_ATTEMPTED = frozenset(
 )
 
 
-def _bound_quorum(spec: GangSpec, bound: int, held_by_role: Mapping[str, int]) -> bool:
-    """``bound`` members bound (or finished) alone satisfy the gang, and each role's minimum.
-    (Held counts by role include reservations, which are bound or released within a cycle or
-    two.)"""
-    return bound >= spec.min_member and all(
-        held_by_role.get(r.name, 0) >= r.min_member for r in spec.roles
-    )
-
-
 def _ref(pod: Pod) -> PodRef:
     return PodRef(pod.uid, pod.namespace, pod.name)
 
@@ -476,9 +467,9 @@ class Scheduler:
                 gang.tally.remove(p.uid)
             gang.reason = reason
             gang.message = message
-        if gang.spec is not None and _bound_quorum(
-            gang.spec, h.bound + h.succeeded, h.held_by_role
-        ):
+        # bound (or finished) members alone satisfy the gang, and each role's minimum (held
+        # counts by role include reservations, bound or released within a cycle or two)
+        if gang.spec is not None and gang.spec.quorum(h.bound + h.succeeded, h.held_by_role):
             gang.satisfied_once = True
         if not h.pending:
             return out
@@ -866,7 +857,7 @@ class Scheduler:
             return
         t = gang.tally
         bound = t.bound + t.count(MemberState.SUCCEEDED)
-        if _bound_quorum(spec, bound, t.held_by_role):
+        if spec.quorum(bound, t.held_by_role):
             gang.satisfied_once = True
             gang.reason, gang.message = "Scheduled", f"{bound} member(s) bound"
 
@@ -876,10 +867,7 @@ class Scheduler:
         spec = gang.spec
         if spec is None:
             return False
-        t = gang.tally
-        return t.live >= spec.min_member and all(
-            t.live_by_role[r.name] >= r.min_member for r in spec.roles
-        )
+        return spec.quorum(gang.tally.live, gang.tally.live_by_role)
 
     def _has_pending(self, gang: Gang) -> bool:
         return gang.tally.queued > 0
