@@ -269,7 +269,7 @@ def _run(
     )
     s = Scheduler(config, FakeClock(1000.0))
     if not share:
-        monkeypatch.setattr(s, "_class_of", lambda gang, h: None)
+        monkeypatch.setattr(s.replay, "class_of", lambda gang, h: None)
     trace: list[tuple[object, ...]] = []
     for step in _workload(seed):
         step(s)

@@ -513,9 +513,9 @@ def test_release_is_idempotent_through_the_scheduler() -> None:
     h.gang("ml/ns", 3, mode=GangMode.NON_STRICT)
     h.add(*members("ml/ns", 3))
     h.run()
-    first = h.s._release("ml/ns", "Timeout", "test")
+    first = h.s.permit_step.release("ml/ns", "Timeout", "test")
     state = (dict(h.s.cache.assumed), node_load(h), h.s.queue.state_of("ml/ns"))
-    second = h.s._release("ml/ns", "Timeout", "test")
+    second = h.s.permit_step.release("ml/ns", "Timeout", "test")
     assert len(first) == 1
     assert second == []
     assert (dict(h.s.cache.assumed), node_load(h), h.s.queue.state_of("ml/ns")) == state

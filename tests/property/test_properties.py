@@ -587,8 +587,8 @@ def test_scheduler_release_twice_equals_once(
     for op in script:
         w.apply(op)
     for key in w.s.permit.waiting_gangs():
-        assert w.s._release(key, "Released", "test")
+        assert w.s.permit_step.release(key, "Released", "test")
         state = (dict(w.s.cache.assumed), _cache_state(w.s.cache), w.s.queue.counts())
-        assert w.s._release(key, "Released", "test") == []
+        assert w.s.permit_step.release(key, "Released", "test") == []
         assert (dict(w.s.cache.assumed), _cache_state(w.s.cache), w.s.queue.counts()) == state
         w.check()
