@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -207,9 +207,7 @@ class SchedulerService:
             self._resend_scheduled()
             loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
             if self._status_resync > 0:
-                resync = asyncio.create_task(self._resync_status_forever(), name="status-resync")
-                self._tasks.add(resync)
-                resync.add_done_callback(self._tasks.discard)
+                self._spawn(self._resync_status_forever())
             done, _ = await asyncio.wait(
                 [loop_task, *watchers], return_when=asyncio.FIRST_COMPLETED
             )
@@ -295,20 +293,29 @@ class SchedulerService:
         m = self.metrics
         result = ""
         for d in decisions:
-            if isinstance(d, BindGang):
-                result = "scheduled"
-                view = self.core.view(d.gang)
-                if view is not None and view.schedule_start is not None:
-                    m.e2e_duration.observe(max(0.0, self.core.clock.now() - view.schedule_start))
-            elif isinstance(d, GangWaiting):
-                result = result or "waiting"
-            elif isinstance(d, GangUnschedulable):
-                result = result or ("unschedulable" if d.reason == "Unschedulable" else "pending")
-            elif isinstance(d, GangTimedOut) and d.reason == "Timeout":
-                m.permit_timeouts.inc()
-            elif isinstance(d, Preempt):
-                result = result or "unschedulable"  # as kube-scheduler counts a PostFilter
-                m.preemptions.inc()
+            match d:
+                case BindGang():
+                    result = "scheduled"
+                    view = self.core.view(d.gang)
+                    if view is not None and view.schedule_start is not None:
+                        m.e2e_duration.observe(
+                            max(0.0, self.core.clock.now() - view.schedule_start)
+                        )
+                case GangWaiting():
+                    result = result or "waiting"
+                case GangUnschedulable():
+                    pending = "unschedulable" if d.reason == "Unschedulable" else "pending"
+                    result = result or pending
+                case GangTimedOut():
+                    if d.reason == "Timeout":
+                        m.permit_timeouts.inc()
+                case Preempt():
+                    result = result or "unschedulable"  # as kube-scheduler counts a PostFilter
+                    m.preemptions.inc()
+                case MemberLoss() | Evict() | DeviceConflict():
+                    pass  # not an attempt's outcome (counted where they are carried out)
+                case _:
+                    assert_never(d)
         if result:
             m.attempts.labels(result).inc()
             m.attempt_duration.labels(result).observe(seconds)
@@ -540,61 +547,64 @@ class SchedulerService:
 
     # ---- decisions ---------------------------------------------------------------------
     def _handle(self, decisions: Iterable[Decision]) -> None:
+        """Carry out each decision (every kind the core makes: ``assert_never`` makes mypy
+        check that none is left out)."""
         for d in decisions:
             kind = type(d).__name__
             self.stats.decisions_by_kind[kind] = self.stats.decisions_by_kind.get(kind, 0) + 1
-            if isinstance(d, BindGang):
-                if not self._sure():
-                    continue  # deposed: the decision is dropped, and the process exits
-                self.stats.bind_gangs += 1
-                task = asyncio.create_task(self._bind(d))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                self._binds.add(task)
-                task.add_done_callback(self._binds.discard)
-            elif isinstance(d, GangUnschedulable):
-                self.stats.unschedulable += 1
-                for pod in d.pods:
-                    self.reporter.unschedulable(pod, d.reason, d.message)
-            elif isinstance(d, GangTimedOut):
-                self.stats.timeouts += 1
-                timeout = d.reason == "Timeout"
-                for pod in d.released:
-                    why = "GangTimeout" if timeout else "GangReleased"
-                    self.reporter.event(pod, "Warning", why, "Scheduling", d.message)
-                    if timeout:
-                        self.reporter.timed_out(pod, d.message)
-                    self._clear_nomination(pod)
-            elif isinstance(d, MemberLoss):
-                self._member_loss(d)
-            elif isinstance(d, GangWaiting):
-                pass  # the PodGroup's status below says what it waits for
-            elif isinstance(d, Preempt):
-                if not self._sure():
-                    continue  # deposed: nothing is evicted, and the process exits
-                for b in d.nominations:
-                    self.reporter.event(b.pod, "Normal", "Preempting", "Preempting", d.message)
-                task = asyncio.create_task(self._preempt(d))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                self._binds.add(task)
-                task.add_done_callback(self._binds.discard)
-            elif isinstance(d, Evict):
-                if not self._sure():
-                    continue  # deposed: the next leader finds the marks
-                log.warning("carrying out an eviction", gang=d.gang, victims=len(d.victims))
-                task = asyncio.create_task(self._evict(d))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                self._binds.add(task)
-                task.add_done_callback(self._binds.discard)
-            elif isinstance(d, DeviceConflict):
-                log.warning("GPU device records over-commit a device", node=d.node)
-                self.metrics.device_conflicts.inc()
-                self.reporter.event(d.pod, "Warning", "GPUDeviceConflict", "Counting", d.message)
-            else:
-                assert_never(d)
+            match d:
+                case BindGang():
+                    if not self._sure():
+                        continue  # deposed: the decision is dropped, and the process exits
+                    self.stats.bind_gangs += 1
+                    self._spawn(self._bind(d), commits=True)
+                case GangUnschedulable():
+                    self.stats.unschedulable += 1
+                    for pod in d.pods:
+                        self.reporter.unschedulable(pod, d.reason, d.message)
+                case GangTimedOut():
+                    self.stats.timeouts += 1
+                    timeout = d.reason == "Timeout"
+                    for pod in d.released:
+                        why = "GangTimeout" if timeout else "GangReleased"
+                        self.reporter.event(pod, "Warning", why, "Scheduling", d.message)
+                        if timeout:
+                            self.reporter.timed_out(pod, d.message)
+                        self._clear_nomination(pod)
+                case MemberLoss():
+                    self._member_loss(d)
+                case GangWaiting():
+                    pass  # the PodGroup's status below says what it waits for
+                case Preempt():
+                    if not self._sure():
+                        continue  # deposed: nothing is evicted, and the process exits
+                    for b in d.nominations:
+                        self.reporter.event(b.pod, "Normal", "Preempting", "Preempting", d.message)
+                    self._spawn(self._preempt(d), commits=True)
+                case Evict():
+                    if not self._sure():
+                        continue  # deposed: the next leader finds the marks
+                    log.warning("carrying out an eviction", gang=d.gang, victims=len(d.victims))
+                    self._spawn(self._evict(d), commits=True)
+                case DeviceConflict():
+                    log.warning("GPU device records over-commit a device", node=d.node)
+                    self.metrics.device_conflicts.inc()
+                    self.reporter.event(
+                        d.pod, "Warning", "GPUDeviceConflict", "Counting", d.message
+                    )
+                case _:
+                    assert_never(d)
             self._report_group(d.gang)
+
+    def _spawn(self, work: Coroutine[Any, Any, object], *, commits: bool = False) -> None:
+        """Run ``work`` as a task the service tracks (cancelled at shutdown); ``commits``:
+        it writes a decision (bindings, evictions), which shutdown lets finish first."""
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if commits:
+            self._binds.add(task)
+            task.add_done_callback(self._binds.discard)
 
     async def _bind(self, d: BindGang) -> None:
         try:
@@ -623,9 +633,7 @@ class SchedulerService:
             return
         if not self._sure():
             return  # deposed: nothing is deleted, and the process exits
-        task = asyncio.create_task(self._restart(d))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._restart(d))
 
     async def _restart(self, d: MemberLoss) -> None:
         try:
@@ -679,9 +687,7 @@ class SchedulerService:
         pod = self.core.pod(ref.uid)
         if pod is None or not pod.nominated_node or pod.node_name or not self._sure():
             return
-        task = asyncio.create_task(self.preemptor.clear_nomination(ref))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self.preemptor.clear_nomination(ref))
 
     def _bound(self, r: BindResult) -> None:
         if r.ok:

@@ -20,7 +20,9 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import assert_never
 
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
@@ -32,6 +34,8 @@ from gangsched.core.decisions import (
     Evict,
     GangTimedOut,
     GangUnschedulable,
+    GangWaiting,
+    MemberLoss,
     Preempt,
     Victim,
 )
@@ -43,7 +47,7 @@ from gangsched.sim.jobs import SimJob
 
 __all__ = ["SimResult", "Simulation"]
 
-ARRIVE, FINISH, EVICT = 0, 1, 2
+ARRIVE, FINISH, EVICT, FAIL = 0, 1, 2, 3
 
 
 @dataclass(slots=True)
@@ -67,6 +71,9 @@ class SimResult:
     victim_gangs: int = 0  # gangs (with a PodGroup) hit by them, once per preemption
     gpu_seconds_lost: float = 0.0  # over victims: GPUs x how long they had run when evicted
     pods_recreated: int = 0  # evicted pods made again by their (simulated) controller
+    member_losses: int = 0  # MemberLoss decisions: a running gang fell below its quorum
+    pods_restarted: int = 0  # members deleted by RestartGang (then made again)
+    member_failures: int = 0  # members failed on purpose (the workload's memberFailures)
     gpu: GpuTally | None = None  # the devices at the end of the run, and the key moments
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> its labels
     topology_levels: tuple[str, ...] = ()  # the configured topology levels, largest first
@@ -176,6 +183,10 @@ class Simulation:
         self.device_conflicts = 0  # running pods whose device records over-commit a device
         self._finish_at: dict[str, float] = {}  # job key -> when its current run ends
         self._recreated = 0
+        self.member_losses = 0
+        self.pods_restarted = 0
+        self.member_failures = 0
+        self._failing: dict[str, tuple[str, int]] = {}  # event key -> (job key, members)
 
     # ---- driving -----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -224,6 +235,8 @@ class Simulation:
                 t_ev, kind, _, key = heapq.heappop(self._events)
                 if kind == EVICT:
                     self._evict(key)
+                elif kind == FAIL:
+                    self._fail_members(*self._failing.pop(key))
                 elif kind == ARRIVE:
                     self._arrive(self.by_key[key])
                 elif self._finish_at.get(key) == t_ev:  # not a run cut short by an eviction
@@ -259,6 +272,9 @@ class Simulation:
             victim_gangs=self.victim_gangs,
             gpu_seconds_lost=self.gpu_seconds_lost,
             pods_recreated=self._recreated,
+            member_losses=self.member_losses,
+            pods_restarted=self.pods_restarted,
+            member_failures=self.member_failures,
             gpu=self.gpu,
             node_labels={name: dict(n.labels) for name, n in self.nodes.items()},
             topology_levels=self.config.topology_levels,
@@ -295,34 +311,49 @@ class Simulation:
 
     # ---- decisions ---------------------------------------------------------------------
     def _apply(self, decisions: list[Decision]) -> bool:
+        """Carry out every decision, as the adapter would against the API server."""
         bound_any = False
         touched: set[str] = set()
         for d in decisions:
             self.decisions += 1
-            if isinstance(d, BindGang):
-                for b in d.bindings:
-                    self._bind(b)
-                    bound_any = True
-                    touched.add(self.job_of[b.pod.uid].key)
-            elif isinstance(d, GangTimedOut):
-                self.timeouts += 1
-                touched.add(d.gang if d.gang in self.by_key else "")
-            elif isinstance(d, Preempt):
-                self.preemptions += 1
-                self._delete_victims(d.victims)
-            elif isinstance(d, Evict):
-                self._delete_victims(d.victims)
-            elif isinstance(d, DeviceConflict):
-                self.device_conflicts += 1
-            elif isinstance(d, GangUnschedulable):
-                job = self.by_key.get(d.gang) or (
-                    self.job_of.get(d.pods[0].uid) if d.pods else None
-                )
-                if job is not None:
-                    job.reason, job.message = d.reason, d.message
-                    gpu = self.gpu
-                    if gpu.first_failure is None and job.gpu_milli and d.reason == "Unschedulable":
-                        gpu.first_failure = gpu.moment(self.clock.now())
+            match d:
+                case BindGang():
+                    for b in d.bindings:
+                        self._bind(b)
+                        bound_any = True
+                        touched.add(self.job_of[b.pod.uid].key)
+                case GangTimedOut():
+                    self.timeouts += 1
+                    touched.add(d.gang if d.gang in self.by_key else "")
+                case Preempt():
+                    self.preemptions += 1
+                    self._delete_victims(d.victims)
+                case Evict():
+                    self._delete_victims(d.victims)
+                case MemberLoss():
+                    # the event is the status; under RestartGang the members left are deleted
+                    # (their controller makes them again) so the gang is placed whole again
+                    self.member_losses += 1
+                    self.pods_restarted += len(self._delete_pods(r.uid for r in d.restart))
+                case GangUnschedulable():
+                    job = self.by_key.get(d.gang) or (
+                        self.job_of.get(d.pods[0].uid) if d.pods else None
+                    )
+                    if job is not None:
+                        job.reason, job.message = d.reason, d.message
+                        gpu = self.gpu
+                        if (
+                            gpu.first_failure is None
+                            and job.gpu_milli
+                            and d.reason == "Unschedulable"
+                        ):
+                            gpu.first_failure = gpu.moment(self.clock.now())
+                case GangWaiting():
+                    pass  # reservations held at Permit: the status says so, nothing to do
+                case DeviceConflict():
+                    self.device_conflicts += 1
+                case _:
+                    assert_never(d)
         for key in touched:
             self._check_gang(key)
         return bound_any
@@ -365,6 +396,9 @@ class Simulation:
             job.started = now
             if job.first_started is None:
                 job.first_started = now
+                for i, (after, members) in enumerate(job.failures):
+                    self._failing[f"{job.key}#{i}"] = (job.key, members)
+                    self._push(now + after, FAIL, f"{job.key}#{i}")
             since = job.arrival if job.pending_since is None else job.pending_since
             job.waits.append((since, now))
             job.pending_since = None
@@ -378,23 +412,46 @@ class Simulation:
     def _delete_victims(self, victims: tuple[Victim, ...]) -> None:
         """Ask for the victims' deletion: they show as being deleted now and go after the
         grace period."""
-        hit: set[str] = set()
+        gone = self._delete_pods(v.pod.uid for v in victims)
+        self.victim_pods += len(gone)
+        self.victim_gangs += len({self.job_of[u].key for u in gone if self.job_of[u].spec})
+
+    def _delete_pods(self, uids: Iterable[str]) -> list[str]:
+        """Delete running pods: they show as being deleted now and go after the grace period
+        (then their controller makes them again). Returns those asked to go."""
+        out: list[str] = []
         now = self.clock.now()
-        for v in victims:
-            uid = v.pod.uid
+        for uid in uids:
             pod = self.pods.get(uid)
             if pod is None or uid in self._evicting or pod.terminal or not pod.node_name:
                 continue
             self._evicting.add(uid)
-            self.victim_pods += 1
-            job = self.job_of[uid]
-            if job.spec is not None:
-                hit.add(job.key)
+            out.append(uid)
             going = replace(pod, deleting=True)
             self.pods[uid] = going
             self.scheduler.pod_upsert(going)
             self._push(now + self.grace, EVICT, uid)
-        self.victim_gangs += len(hit)
+        return out
+
+    def _fail_members(self, key: str, members: int) -> None:
+        """``members`` running members of the job fail (the workload's memberFailures): they
+        free their capacity, the scheduler sees them fail, and their controller makes them
+        again."""
+        job = self.by_key[key]
+        running = sorted(u for u in job.bound_pods if self.pods[u].phase is PodPhase.RUNNING)
+        for uid in running[:members]:
+            if uid in self._evicting:
+                continue
+            pod = self.pods[uid]
+            self.member_failures += 1
+            sub_into(self.used[pod.node_name], pod.requests)
+            self.gpu.give(pod.node_name, pod, self.devices_of.pop(uid, ()))
+            job.bound_pods.discard(uid)
+            failed = replace(pod, phase=PodPhase.FAILED)
+            self.pods[uid] = failed
+            self.scheduler.pod_upsert(failed)
+            self._recreate(job, pod)
+        self._stopped_if_short(job)
 
     def _evict(self, uid: str) -> None:
         """The victim's graceful termination is over: it is deleted, its capacity freed, and
@@ -414,6 +471,11 @@ class Simulation:
         self.pods[uid] = replace(pod, phase=PodPhase.FAILED)
         self.scheduler.pod_delete(uid)
         self._recreate(job, pod)
+        self._stopped_if_short(job)
+
+    def _stopped_if_short(self, job: SimJob) -> None:
+        """The job no longer has its quorum running: it stops, to run again from the start."""
+        now = self.clock.now()
         running = sum(1 for u in job.bound_pods if self.pods[u].phase is PodPhase.RUNNING)
         if job.started is not None and job.finished is None and running < job.min_member:
             job.started = None

@@ -47,7 +47,10 @@ class SimJob:
     # (from, to) of each wait that ended in a start: arrival to start, then eviction to restart
     waits: list[tuple[float, float]] = field(default_factory=list)
     pending_since: float | None = None  # while pending: since when (None: since arrival)
-    evictions: int = 0  # times a preemption stopped the job (it then runs again from the start)
+    # times the job was stopped (preempted, or members lost): it then runs again from the start
+    evictions: int = 0
+    # (seconds after its first start, members that fail then): injected member failures
+    failures: tuple[tuple[float, int], ...] = ()
 
     @property
     def waited(self) -> float:
@@ -132,6 +135,7 @@ def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
             domain=g.topology_placement.constraint()
             if g.topology_placement
             else DomainConstraint(),
+            on_member_loss=g.on_member_loss,
         )
         pods: list[Pod] = []
         for t in g.pods:
@@ -154,7 +158,8 @@ def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
                         index=i,  # as a Job's completion index: slices of ``size`` go in order
                     )
                 )
-        jobs.append(SimJob(key, g.arrival, g.duration, pods, spec))
+        failures = tuple((f.after, f.members) for f in g.member_failures)
+        jobs.append(SimJob(key, g.arrival, g.duration, pods, spec, failures=failures))
     for p in w.pods:
         for i in range(p.repeat):
             arrival = p.arrival + i * p.every

@@ -188,6 +188,14 @@ class NodeTopology(_Strict):
         )
 
 
+class MemberFailureDef(_Strict):
+    """``members`` running members of a gang fail ``after`` seconds after it first starts
+    (their containers exit with an error); their controller makes them again."""
+
+    after: float = Field(ge=0)
+    members: int = Field(1, ge=1)
+
+
 class GangDef(_Strict):
     name: str
     namespace: str = "default"
@@ -206,6 +214,9 @@ class GangDef(_Strict):
     topology: dict[str, list[list[str]]] = Field(default_factory=dict)
     gang_group: list[str] = Field(default_factory=list, alias="gangGroup")
     topology_placement: TopologyPlacementDef | None = Field(None, alias="topologyPlacement")
+    # The PodGroup's spec.onMemberLoss: what follows when members of the running gang are lost.
+    on_member_loss: Literal["None", "RestartGang"] = Field("None", alias="onMemberLoss")
+    member_failures: list[MemberFailureDef] = Field(default_factory=list, alias="memberFailures")
     pods: list[PodTemplate]
 
     @model_validator(mode="after")
