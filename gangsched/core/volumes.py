@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from gangsched.core.decisions import ClaimBinding
 from gangsched.core.labels import selector_matches
+from gangsched.core.match import term_matches
 from gangsched.core.model import AffinityTerm, LabelSelector, Pod
 
 __all__ = [
@@ -204,8 +205,6 @@ def pv_node_affinity_matches(pv: PersistentVolume, labels: Mapping[str, str]) ->
     terms = pv.node_affinity
     if terms is None:
         return True
-    from gangsched.core.plugins.node_affinity import term_matches  # the cache imports us
-
     return any(term_matches(t, labels, "") for t in terms)
 
 

@@ -16,6 +16,7 @@ from gangsched.core.framework import (
     PreFilterPlugin,
     ScorePlugin,
 )
+from gangsched.core.match import toleration_matches
 from gangsched.core.model import Pod, Taint, Toleration
 from gangsched.core.plugins import (
     DEFAULT_FILTERS,
@@ -32,7 +33,6 @@ from gangsched.core.plugins import (
     TaintToleration,
     TaintTolerationScore,
 )
-from gangsched.core.plugins.taint_toleration import toleration_matches
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from tests.core.builders import field, make_node, make_pod, missing_node, req, term
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from gangsched.core.cache import NodeInfo
 from gangsched.core.framework import SUCCESS, Code, Status
+from gangsched.core.match import tolerates
 from gangsched.core.model import Pod, Taint
 from gangsched.core.plugins._common import NODE_NOT_FOUND
-from gangsched.core.plugins.taint_toleration import tolerates
 
 __all__ = ["UNSCHEDULABLE_TAINT", "NodeUnschedulable"]
 

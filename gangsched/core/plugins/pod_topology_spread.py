@@ -60,10 +60,9 @@ from gangsched.core.framework import (
     Status,
 )
 from gangsched.core.labels import selector_matches
+from gangsched.core.match import NO_EXECUTE, NO_SCHEDULE, placement_matches, tolerates
 from gangsched.core.model import LabelSelector, Node, Placement, Pod, SpreadConstraint
 from gangsched.core.plugins._common import NODE_NOT_FOUND
-from gangsched.core.plugins.node_affinity import placement_matches
-from gangsched.core.plugins.taint_toleration import NO_EXECUTE, NO_SCHEDULE, tolerates
 
 __all__ = [
     "HOSTNAME",

@@ -8,37 +8,18 @@ compares it; any other operator matches nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from gangsched.core.cache import NodeInfo
 from gangsched.core.framework import SUCCESS, Code, Status
-from gangsched.core.model import Pod, Taint, Toleration
+from gangsched.core.match import (
+    NO_EXECUTE,
+    NO_SCHEDULE,
+    PREFER_NO_SCHEDULE,
+    tolerates,
+)
+from gangsched.core.model import Pod
 from gangsched.core.plugins._common import NODE_NOT_FOUND
 
-__all__ = ["TaintToleration", "TaintTolerationScore", "tolerates", "toleration_matches"]
-
-NO_SCHEDULE = "NoSchedule"
-PREFER_NO_SCHEDULE = "PreferNoSchedule"
-NO_EXECUTE = "NoExecute"
-
-
-def toleration_matches(toleration: Toleration, taint: Taint) -> bool:
-    """Whether one toleration tolerates one taint (Kubernetes semantics)."""
-    if toleration.effect and toleration.effect != taint.effect:
-        return False
-    if toleration.key and toleration.key != taint.key:
-        return False
-    op = toleration.operator
-    if op == "Exists":
-        return True
-    if op in ("Equal", ""):
-        return toleration.value == taint.value
-    return False
-
-
-def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
-    """Whether any of ``tolerations`` tolerates ``taint``."""
-    return any(toleration_matches(t, taint) for t in tolerations)
+__all__ = ["TaintToleration", "TaintTolerationScore"]
 
 
 class TaintToleration:
