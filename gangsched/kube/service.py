@@ -18,42 +18,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any
 
 import structlog
 
 from gangsched.core.decisions import (
-    BindGang,
     Decision,
-    DeviceConflict,
-    Evict,
-    GangTimedOut,
-    GangUnschedulable,
-    GangWaiting,
-    MemberLoss,
-    PodRef,
-    Preempt,
 )
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
-from gangsched.kube.binder import Binder, BindResult
+from gangsched.kube.binder import Binder
 from gangsched.kube.budgets import budget_reflector
-from gangsched.kube.client import JSON, FenceCheck, FencedError
+from gangsched.kube.client import JSON, FenceCheck
+from gangsched.kube.effects import Effects
 from gangsched.kube.events import rfc3339
 from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.gpushare import GpuLabels
 from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.podreader import PodReader
-from gangsched.kube.preemptor import Outcome, Preemptor, VictimResult
+from gangsched.kube.preemptor import Preemptor
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.reporter import Reporter
-from gangsched.kube.restarter import LOST_REASON, Deleted, GangRestarter
+from gangsched.kube.restarter import GangRestarter
 from gangsched.kube.slicing import SLICE_SECONDS, in_slices
 from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.translate import (
@@ -73,9 +65,6 @@ log = structlog.get_logger("gangsched.service")
 
 MAX_IDLE = 5.0  # the loop turns at least this often, so /healthz can tell it is alive
 BIND_GRACE = 5.0  # on shutdown, how long bindings already under way may take to finish
-# Pods bound this recently get their Scheduled event sent again when the process starts (it
-# may have been lost with the process before): the window a crash and a restart take.
-RESEND_SCHEDULED_SECONDS = 600.0
 
 # Where each PodGroup convention's objects live, in precedence order.
 CRD_SOURCES = (
@@ -145,8 +134,6 @@ class SchedulerService:
         # the longest a list (a relist, a status report of every gang) holds the loop
         self._slice = slice_seconds
         self._wake = asyncio.Event()
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._binds: set[asyncio.Task[Any]] = set()  # those of _tasks that bind a gang
         # every declaration of every gang's spec, and the one that stands (gangspecs.py)
         self._specs = GangSpecs([s for s, _, _ in CRD_SOURCES])
         self._known: dict[str, set[str]] = {"nodes": set(), "pods": set(), "namespaces": set()}
@@ -187,6 +174,20 @@ class SchedulerService:
         # a pod condition write is sent only while the watch still sees the pod unbound
         reporter.pod_version = self._unbound_version
         self._dropped_seen = 0
+        # Carries every decision out (bindings, evictions, events, status).
+        self.effects = Effects(
+            core,
+            binder,
+            reporter,
+            self.preemptor,
+            self.restarter,
+            self.metrics,
+            self.stats,
+            sure=self._sure,
+            report_group=self._report_group,
+            poke=self.poke,
+            sliced=self._sliced,
+        )
 
     # ---- running -----------------------------------------------------------------------
     async def run(self) -> None:
@@ -204,10 +205,10 @@ class SchedulerService:
             self.ready.set()
             # status only now: before every list is in, counts would miss pods not yet listed
             await self._report_all(force=True)
-            self._resend_scheduled()
+            self.effects.resend_scheduled()
             loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
             if self._status_resync > 0:
-                self._spawn(self._resync_status_forever())
+                self.effects.spawn(self._resync_status_forever())
             done, _ = await asyncio.wait(
                 [loop_task, *watchers], return_when=asyncio.FIRST_COMPLETED
             )
@@ -224,12 +225,12 @@ class SchedulerService:
             stopping = [*watchers, *([loop_task] if loop_task is not None else [])]
             for t in stopping:
                 t.cancel()
-            binds = [t for t in self._binds if not t.done()]
+            binds = [t for t in self.effects.binds if not t.done()]
             if binds:
                 await asyncio.wait(binds, timeout=BIND_GRACE)
-            for t in self._tasks:
+            for t in self.effects.tasks:
                 t.cancel()
-            for t in [*stopping, *self._tasks]:
+            for t in [*stopping, *self.effects.tasks]:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
 
@@ -284,41 +285,19 @@ class SchedulerService:
     async def _deposed(self) -> None:
         """No longer sure to lead: drop every decision not sent yet and schedule nothing more;
         the process exits (the app watches the fence)."""
-        log.error("no longer sure to lead; dropping queued bindings", queued=len(self._binds))
-        for t in list(self._binds):
+        log.error(
+            "no longer sure to lead; dropping queued bindings", queued=len(self.effects.binds)
+        )
+        for t in list(self.effects.binds):
             t.cancel()
         await asyncio.Event().wait()
 
     def _observe(self, decisions: list[Decision], seconds: float) -> None:
-        m = self.metrics
-        result = ""
-        for d in decisions:
-            match d:
-                case BindGang():
-                    result = "scheduled"
-                    view = self.core.view(d.gang)
-                    if view is not None and view.schedule_start is not None:
-                        m.e2e_duration.observe(
-                            max(0.0, self.core.clock.now() - view.schedule_start)
-                        )
-                case GangWaiting():
-                    result = result or "waiting"
-                case GangUnschedulable():
-                    pending = "unschedulable" if d.reason == "Unschedulable" else "pending"
-                    result = result or pending
-                case GangTimedOut():
-                    if d.reason == "Timeout":
-                        m.permit_timeouts.inc()
-                case Preempt():
-                    result = result or "unschedulable"  # as kube-scheduler counts a PostFilter
-                    m.preemptions.inc()
-                case MemberLoss() | Evict() | DeviceConflict():
-                    pass  # not an attempt's outcome (counted where they are carried out)
-                case _:
-                    assert_never(d)
-        if result:
-            m.attempts.labels(result).inc()
-            m.attempt_duration.labels(result).observe(seconds)
+        self.effects.observe(decisions, seconds)
+
+    def _handle(self, decisions: Iterable[Decision]) -> None:
+        """Carry out decisions (kube/effects.py)."""
+        self.effects.handle(decisions)
 
     def _gauges(self) -> None:
         m, g = self.metrics, self.core.gauges()
@@ -546,155 +525,6 @@ class SchedulerService:
             self.core.gang_upsert(change.spec)
 
     # ---- decisions ---------------------------------------------------------------------
-    def _handle(self, decisions: Iterable[Decision]) -> None:
-        """Carry out each decision (every kind the core makes: ``assert_never`` makes mypy
-        check that none is left out)."""
-        for d in decisions:
-            kind = type(d).__name__
-            self.stats.decisions_by_kind[kind] = self.stats.decisions_by_kind.get(kind, 0) + 1
-            match d:
-                case BindGang():
-                    if not self._sure():
-                        continue  # deposed: the decision is dropped, and the process exits
-                    self.stats.bind_gangs += 1
-                    self._spawn(self._bind(d), commits=True)
-                case GangUnschedulable():
-                    self.stats.unschedulable += 1
-                    for pod in d.pods:
-                        self.reporter.unschedulable(pod, d.reason, d.message)
-                case GangTimedOut():
-                    self.stats.timeouts += 1
-                    timeout = d.reason == "Timeout"
-                    for pod in d.released:
-                        why = "GangTimeout" if timeout else "GangReleased"
-                        self.reporter.event(pod, "Warning", why, "Scheduling", d.message)
-                        if timeout:
-                            self.reporter.timed_out(pod, d.message)
-                        self._clear_nomination(pod)
-                case MemberLoss():
-                    self._member_loss(d)
-                case GangWaiting():
-                    pass  # the PodGroup's status below says what it waits for
-                case Preempt():
-                    if not self._sure():
-                        continue  # deposed: nothing is evicted, and the process exits
-                    for b in d.nominations:
-                        self.reporter.event(b.pod, "Normal", "Preempting", "Preempting", d.message)
-                    self._spawn(self._preempt(d), commits=True)
-                case Evict():
-                    if not self._sure():
-                        continue  # deposed: the next leader finds the marks
-                    log.warning("carrying out an eviction", gang=d.gang, victims=len(d.victims))
-                    self._spawn(self._evict(d), commits=True)
-                case DeviceConflict():
-                    log.warning("GPU device records over-commit a device", node=d.node)
-                    self.metrics.device_conflicts.inc()
-                    self.reporter.event(
-                        d.pod, "Warning", "GPUDeviceConflict", "Counting", d.message
-                    )
-                case _:
-                    assert_never(d)
-            self._report_group(d.gang)
-
-    def _spawn(self, work: Coroutine[Any, Any, object], *, commits: bool = False) -> None:
-        """Run ``work`` as a task the service tracks (cancelled at shutdown); ``commits``:
-        it writes a decision (bindings, evictions), which shutdown lets finish first."""
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        if commits:
-            self._binds.add(task)
-            task.add_done_callback(self._binds.discard)
-
-    async def _bind(self, d: BindGang) -> None:
-        try:
-            results = await self.binder.bind_gang(d)
-        except FencedError:
-            return  # nothing to report: the process is on its way out
-        ok = sum(1 for r in results if r.ok)
-        for result, n in (("success", ok), ("error", len(results) - ok)):
-            if n:
-                self.metrics.bindings.labels(result).inc(n)
-        await self._sliced(results, self._bound)  # a gang of thousands: in slices
-        self._report_group(d.gang)
-        self.poke()
-
-    def _member_loss(self, d: MemberLoss) -> None:
-        """A gang that ran lost members: a ``GangMembersLost`` event on each member left (those
-        being restarted get a ``GangRestart`` event from the restarter instead), and under
-        RestartGang the deletion of ``d.restart``. The PodGroup status is written by
-        ``_handle`` as for every decision."""
-        log.warning("gang lost members", gang=d.gang, restart=len(d.restart))
-        restarting = {p.uid for p in d.restart}
-        for pod in d.members:
-            if pod.uid not in restarting:
-                self.reporter.event(pod, "Warning", LOST_REASON, "Lifecycle", d.message)
-        if not d.restart:
-            return
-        if not self._sure():
-            return  # deposed: nothing is deleted, and the process exits
-        self._spawn(self._restart(d))
-
-    async def _restart(self, d: MemberLoss) -> None:
-        try:
-            results = await self.restarter.restart(d)
-        except FencedError:
-            return  # nothing to report: the process is on its way out
-        for r in results:
-            if r.outcome is Deleted.FAILED:
-                self.core.delete_failed(r.pod.uid)
-                self.reporter.event(r.pod, "Warning", "FailedGangRestart", "Deleting", r.message)
-        self._report_group(d.gang)
-        self.poke()
-
-    async def _preempt(self, d: Preempt) -> None:
-        try:
-            result = await self.preemptor.preempt(d)
-        except FencedError:
-            return  # nothing to report: the process is on its way out
-        self._evicted(result.victims)
-
-    async def _evict(self, d: Evict) -> None:
-        try:
-            results = await self.preemptor.evict(d)
-        except FencedError:
-            return  # nothing to report: the process is on its way out
-        self.metrics.evictions_resumed.inc(len(d.victims))
-        self._evicted(results)
-        self._report_group(d.gang)
-
-    def _evicted(self, results: Iterable[VictimResult]) -> None:
-        for r in results:
-            self.metrics.preemption_victims.labels(r.outcome.value).inc()
-            if r.outcome is Outcome.FAILED:
-                # not deleted: it counts as the watch last showed it again, and its eviction
-                # is tried again after a backoff (core/eviction.py); the core's hold for the
-                # preemptor runs out at its deadline
-                self.core.delete_failed(r.victim.pod.uid)
-        self.poke()
-
-    def _resend_scheduled(self) -> None:
-        """The Scheduled events of pods bound in the last ``RESEND_SCHEDULED_SECONDS``: a
-        process before this one may have exited (SIGKILL, a lost lease) before it wrote them.
-        Each has a name fixed by the pod, so one already written is not written twice."""
-        since = self.core.clock.now() - RESEND_SCHEDULED_SECONDS
-        for pod in self.core.bound_since(since):
-            self.reporter.scheduled(PodRef(pod.uid, pod.namespace, pod.name), pod.node_name)
-
-    def _clear_nomination(self, ref: PodRef) -> None:
-        """A pod released from a hold that a preemption nominated it for: its
-        ``nominatedNodeName`` no longer holds."""
-        pod = self.core.pod(ref.uid)
-        if pod is None or not pod.nominated_node or pod.node_name or not self._sure():
-            return
-        self._spawn(self.preemptor.clear_nomination(ref))
-
-    def _bound(self, r: BindResult) -> None:
-        if r.ok:
-            self.reporter.scheduled(r.binding.pod, r.binding.node)
-        else:
-            self.reporter.event(r.binding.pod, "Warning", "FailedBinding", "Binding", r.message)
-
     def _report_upstream(self, key: str) -> None:
         """The condition on an upstream PodGroup (see upstreamstatus.py), once gangsched
         schedules at least one of its pods."""
