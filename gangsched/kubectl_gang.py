@@ -26,15 +26,16 @@ from typing import Any
 
 import yaml
 
-from gangsched.core.status import MEMBERS_LOST, count_members, group_status
-from gangsched.kube.membership import (
+from gangsched.api.fields import timestamp
+from gangsched.api.membership import (
     MAX_MEMBERS,
     Membership,
     Source,
     resolve_membership,
     scheduling_group,
 )
-from gangsched.kube.translate import podgroup_from, timestamp
+from gangsched.api.podgroup import podgroup_from
+from gangsched.core.status import MEMBERS_LOST, count_members, group_status
 
 __all__ = ["GangRow", "default_namespace", "gang_rows", "main", "render"]
 

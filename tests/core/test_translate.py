@@ -20,6 +20,11 @@ from typing import Any
 
 import pytest
 
+from gangsched.api.fields import timestamp
+from gangsched.api.membership import Source
+from gangsched.api.node import namespace_from, node_from
+from gangsched.api.pod import pod_from
+from gangsched.api.podgroup import podgroup_from, volcano_podgroup_from, xk8s_podgroup_from
 from gangsched.core.model import (
     AffinityTerm,
     GangMode,
@@ -42,16 +47,6 @@ from gangsched.core.model import (
     Toleration,
     TopologySpec,
     WeightedPodAffinityTerm,
-)
-from gangsched.kube.membership import Source
-from gangsched.kube.translate import (
-    namespace_from,
-    node_from,
-    pod_from,
-    podgroup_from,
-    timestamp,
-    volcano_podgroup_from,
-    xk8s_podgroup_from,
 )
 
 KI = 2**10

@@ -16,6 +16,9 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
+from gangsched.api.gpushare import DEVICE_ALLOCATED, GpuLabels, device_allocated, recorded_devices
+from gangsched.api.node import node_from
+from gangsched.api.pod import pod_from, read_pod
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, Binding, PodRef
@@ -23,19 +26,12 @@ from gangsched.core.gpu import GpuDemand, GpuDevice
 from gangsched.core.model import Node, Pod
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.binder import Binder
-from gangsched.kube.gpushare import (
-    DEVICE_ALLOCATED,
-    DeviceRecorder,
-    GpuLabels,
-    device_allocated,
-    recorded_devices,
-)
+from gangsched.kube.gpushare import DeviceRecorder
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.outbox import Outbox
 from gangsched.kube.podreader import PodReader
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
-from gangsched.kube.translate import node_from, pod_from
 from gangsched.settings import load_settings
 from tests.support.fakekube import FakeKube
 
@@ -161,8 +157,11 @@ def test_a_record_of_several_devices_and_other_device_kinds() -> None:
 )
 def test_an_unreadable_record_on_a_bound_pod_is_ignored_with_a_log_line(value: str) -> None:
     assert isinstance(recorded_devices(value), str)
+    obj = _pod(SHARE, node="n1", annotations={DEVICE_ALLOCATED: value})
+    # the reader returns the problem; the adapter's pod reader logs it
+    assert read_pod(obj).device_record_error == recorded_devices(value)
     with capture_logs() as logs:
-        pod, _ = pod_from(_pod(SHARE, node="n1", annotations={DEVICE_ALLOCATED: value}))
+        pod, _ = PodReader().read(obj)
     assert pod.gpu_devices == ()
     assert pod.invalid_reason == "" and pod.gpu == GpuDemand(1, 500, shared=True)
     [line] = [e for e in logs if e["event"] == "ignoring an unreadable GPU device record"]
@@ -171,8 +170,10 @@ def test_an_unreadable_record_on_a_bound_pod_is_ignored_with_a_log_line(value: s
 
 @pytest.mark.parametrize("value", ["{not json", KOORDINATOR_SAMPLE])
 def test_a_record_on_a_pending_pod_is_ignored(value: str) -> None:
+    obj = _pod(SHARE, annotations={DEVICE_ALLOCATED: value})
+    assert read_pod(obj).device_record_error == ""
     with capture_logs() as logs:
-        pod, _ = pod_from(_pod(SHARE, annotations={DEVICE_ALLOCATED: value}))
+        pod, _ = PodReader().read(obj)
     assert pod.gpu_devices == () and pod.invalid_reason == ""
     assert logs == []
 

@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gangsched.api.pod import pod_from
 from gangsched.kube.podreader import PodReader
-from gangsched.kube.translate import pod_from
 
 
 def _pod(**spec: Any) -> dict[str, Any]:

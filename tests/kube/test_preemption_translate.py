@@ -11,18 +11,14 @@ from typing import Any
 
 import pytest
 
+from gangsched.api.pod import pod_from
+from gangsched.api.podgroup import podgroup_from, volcano_podgroup_from, xk8s_podgroup_from
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.model import DisruptionBudget, LabelSelector, Requirement
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.budgets import PDB_PATH, budget_from, budget_reflector
 from gangsched.kube.podreader import PodReader
-from gangsched.kube.translate import (
-    pod_from,
-    podgroup_from,
-    volcano_podgroup_from,
-    xk8s_podgroup_from,
-)
 from tests.support.fakekube import FakeKube
 
 

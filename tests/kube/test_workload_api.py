@@ -10,16 +10,12 @@ from typing import Any
 
 import pytest
 
+from gangsched.api.membership import Source, resolve_membership
+from gangsched.api.pod import pod_from
+from gangsched.api.workloadapi import V1ALPHA2, V1BETA1, upstream_podgroup_from
 from gangsched.core.status import GroupStatus, MemberCounts
 from gangsched.devcluster.featuregates import apiserver_args
-from gangsched.kube.membership import Source, resolve_membership
-from gangsched.kube.translate import pod_from
-from gangsched.kube.workloadapi import (
-    V1ALPHA2,
-    V1BETA1,
-    podgroup_condition,
-    upstream_podgroup_from,
-)
+from gangsched.kube.upstreamstatus import podgroup_condition
 from tests.kube.test_service import NODES, PODS, Rig, node, pod, until
 from tests.support.fakekube import FakeKube
 
