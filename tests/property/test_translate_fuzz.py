@@ -1,4 +1,4 @@
-"""Fuzzing the Kubernetes → core translation (gangsched.kube.translate).
+"""Fuzzing the Kubernetes → core readers (gangsched.api: node, pod, podgroup).
 
 Two families of properties:
 
