@@ -11,10 +11,11 @@ import time
 
 import structlog
 
+from gangsched.api.gpushare import GpuLabels
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.binder import Binder
 from gangsched.kube.client import KubeClient, load_configuration, user_agent
-from gangsched.kube.gpushare import DeviceRecorder, GpuLabels
+from gangsched.kube.gpushare import DeviceRecorder
 from gangsched.kube.health import HealthServer
 from gangsched.kube.leader import LeaderElector
 from gangsched.kube.metrics import Metrics

@@ -8,7 +8,9 @@ Without ``-n`` or ``-A`` the namespace is the kubeconfig context's, as kubectl's
 when the context names none).
 
 Gangs are found from gangsched PodGroups and from member pods of every supported convention
-(see docs/architecture.md, membership), so annotation-declared gangs show up too.
+(see docs/architecture.md, membership), so annotation-declared gangs show up too. PodGroups
+and pods are read by the scheduler's own readers (``gangsched.api.podgroup``,
+``gangsched.api.membership``), so MIN and an invalid spec are what the scheduler sees.
 """
 
 from __future__ import annotations
@@ -26,15 +28,11 @@ from typing import Any
 
 import yaml
 
+from gangsched.api.fields import SpecError, timestamp
+from gangsched.api.membership import Membership, Source, resolve_membership, scheduling_group
+from gangsched.api.podgroup import min_member_of, podgroup_from
+from gangsched.core.model import GangSpec
 from gangsched.core.status import MEMBERS_LOST, count_members, group_status
-from gangsched.kube.membership import (
-    MAX_MEMBERS,
-    Membership,
-    Source,
-    resolve_membership,
-    scheduling_group,
-)
-from gangsched.kube.translate import podgroup_from, timestamp
 
 __all__ = ["GangRow", "default_namespace", "gang_rows", "main", "render"]
 
@@ -72,10 +70,10 @@ class GangRow:
 
 def _min_member(spec: Mapping[str, Any]) -> int:
     """A PodGroup's spec.minMember as the scheduler reads it (1 when absent), 0 when invalid."""
-    raw = spec.get("minMember", 1)
-    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_MEMBERS:
+    try:
+        return min_member_of(spec)
+    except SpecError:
         return 0
-    return raw
 
 
 def _role_text(members: Mapping[str, int], bound: Mapping[str, int]) -> str:
@@ -113,11 +111,13 @@ def gang_rows(
     the scheduler's rule (``group_status``) from the pods; one row per refused pod."""
     rows: dict[str, GangRow] = {}
     objects: dict[str, Mapping[str, Any]] = {}
+    specs: dict[str, GangSpec] = {}  # as the scheduler reads each PodGroup
     for pg in podgroups:
         meta = pg.get("metadata") or {}
         spec = pg.get("spec") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
         objects[key] = pg
+        specs[key] = podgroup_from(pg)
         min_member = _min_member(spec if isinstance(spec, Mapping) else {})
         rows[key] = GangRow(
             namespace=str(meta.get("namespace", "")),
@@ -191,7 +191,7 @@ def gang_rows(
             cond = _condition(obj)
             reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
             attempted = bool(status.get("scheduleStartTime")) or bool(status.get("waiting"))
-            if not message and (problem := podgroup_from(obj).invalid_reason):
+            if not message and (problem := specs[key].invalid_reason):
                 # the scheduler's word before it has written it (as core/cycle.py says it)
                 reason, message = "InvalidSpec", f"PodGroup {key} is invalid: {problem}"
         else:

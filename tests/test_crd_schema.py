@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gangsched.kube.topology import podgroup_domain
+from gangsched.api.topology import podgroup_domain
 
 CRD_PATH = Path(__file__).resolve().parents[1] / "crds" / "podgroups.gangsched.io.yaml"
 Schema = dict[str, Any]

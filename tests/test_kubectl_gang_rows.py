@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gangsched.kube.membership import MAX_MEMBERS, Source, resolve_membership
-from gangsched.kube.translate import podgroup_from
+from gangsched.api.membership import MAX_MEMBERS, Source, resolve_membership
+from gangsched.api.podgroup import podgroup_from
 from gangsched.kubectl_gang import SOURCES, GangRow, gang_rows, render
 
 OPERATIONS = Path(__file__).resolve().parents[1] / "docs" / "operations.md"

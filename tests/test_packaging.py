@@ -126,18 +126,48 @@ def test_metrics_port_is_not_kube_schedulers() -> None:
 # ---- the CRD -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "copy",
-    [
-        "manifests",  # kustomize refuses files outside its directory
-        "charts/gangsched/crds",  # Helm installs a chart's crds/
-        "gangsched/devcluster/crds",  # package data: the dev cluster from a wheel
-    ],
-)
+SYNC_CRDS = "hack/sync-crds.sh"  # copies crds/ (the source) to each of CRD_COPIES
+CRD_COPIES = [
+    "manifests",  # kustomize refuses files outside its directory
+    "charts/gangsched/crds",  # Helm installs a chart's crds/
+    "gangsched/devcluster/crds",  # package data: the dev cluster from a wheel
+]
+
+
+@pytest.mark.parametrize("copy", CRD_COPIES)
 def test_every_copy_of_the_crd_is_the_crd(copy: str) -> None:
     original = (REPO / "crds" / CRD).read_bytes()
     assert (REPO / copy / CRD).read_bytes() == original, (
-        f"{copy}/{CRD} drifted from crds/: cp crds/{CRD} {copy}/"
+        f"{copy}/{CRD} drifted from crds/, its source: edit crds/{CRD}, then run bash {SYNC_CRDS}"
+    )
+
+
+def test_the_sync_script_writes_every_copy(tmp_path: Path) -> None:
+    text = (REPO / SYNC_CRDS).read_text()
+    block = re.search(r"^COPIES=\((.*?)^\)", text, re.MULTILINE | re.DOTALL)
+    assert block is not None, f"{SYNC_CRDS} lists the copies in COPIES=( ... )"
+    assert block.group(1).split() == CRD_COPIES
+    # run it on a tree of its own: crds/ and the copies' folders
+    (tmp_path / "hack").mkdir()
+    shutil.copy(REPO / SYNC_CRDS, tmp_path / SYNC_CRDS)
+    shutil.copytree(REPO / "crds", tmp_path / "crds")
+    for copy in CRD_COPIES:
+        (tmp_path / copy).mkdir(parents=True)
+    subprocess.run(["bash", str(tmp_path / SYNC_CRDS)], check=True, capture_output=True)
+    for copy in CRD_COPIES:
+        assert (tmp_path / copy / CRD).read_bytes() == (REPO / "crds" / CRD).read_bytes()
+
+
+def test_the_crd_is_defined_only_in_crds_and_its_copies() -> None:
+    found = set()
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "dist")]
+        for name in files:
+            path = Path(root) / name
+            if name.endswith(".yaml") and "name: podgroups.gangsched.io" in path.read_text():
+                found.add(path.relative_to(REPO).parent.as_posix())
+    assert found == {"crds", *CRD_COPIES}, (
+        f"the PodGroup CRD is written once, in crds/, and copied by {SYNC_CRDS}"
     )
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from gangsched.api.fields import SpecError
+from gangsched.api.selector import label_selector
 from gangsched.core.model import DisruptionBudget, LabelSelector
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON
 from gangsched.kube.reflector import Reflector
 from gangsched.kube.slicing import SLICE_SECONDS, in_slices
-from gangsched.kube.translate import SpecError, label_selector
 
 __all__ = ["PDB_PATH", "budget_from", "budget_reflector"]
 

@@ -16,18 +16,21 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
+
+from gangsched.api.membership import Membership
+from gangsched.api.pod import read_pod
 from gangsched.core.model import Pod, PodPhase
-from gangsched.kube.membership import Membership
-from gangsched.kube.translate import pod_from
 
 __all__ = ["PodReader"]
 
+log = structlog.get_logger("gangsched.podreader")
 JSON = Mapping[str, Any]
 _PHASES = {p.value: p for p in PodPhase}
 
 
 def _resize_state(status: JSON) -> tuple[object, ...]:
-    """What of a pod's status the requests depend on (see translate._Resize): the resize
+    """What of a pod's status the requests depend on (see api/requests.py): the resize
     conditions, the pod-level resources, and each container's resources and allocation."""
     out: list[object] = [status.get("resources"), status.get("allocatedResources")]
     for key in ("containerStatuses", "initContainerStatuses"):
@@ -109,7 +112,14 @@ class PodReader:
         self, obj: JSON, remember: tuple[str, tuple[object, ...]] | None
     ) -> tuple[Pod, Membership]:
         self.full_reads += 1
-        pod, membership = pod_from(obj)
+        read = read_pod(obj)
+        pod, membership = read.pod, read.membership
+        if read.device_record_error:
+            log.warning(
+                "ignoring an unreadable GPU device record",
+                pod=f"{pod.namespace}/{pod.name}",
+                error=read.device_record_error,
+            )
         if remember is not None:
             uid, key = remember
             self._read[uid] = (key, pod, membership, pod.unsupported)

@@ -27,9 +27,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import GroupStatus
-from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError
 

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
-from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError
 from gangsched.kube.events import rfc3339

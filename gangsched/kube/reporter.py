@@ -20,9 +20,9 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import GroupStatus
-from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
 from gangsched.kube.events import EventRecorder, rfc3339
 from gangsched.kube.outbox import Outbox

@@ -24,13 +24,19 @@ from typing import Any
 
 import structlog
 
+from gangsched.api import labels as lbl
+from gangsched.api.fields import timestamp
+from gangsched.api.gpushare import GpuLabels
+from gangsched.api.membership import Source
+from gangsched.api.node import namespace_from, node_from
+from gangsched.api.podgroup import podgroup_from, volcano_podgroup_from, xk8s_podgroup_from
+from gangsched.api.workloadapi import VERSIONS, upstream_podgroup_from
 from gangsched.core.decisions import (
     Decision,
 )
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube import labels as lbl
 from gangsched.kube.api import KubeApi
 from gangsched.kube.binder import Binder
 from gangsched.kube.budgets import budget_reflector
@@ -38,8 +44,6 @@ from gangsched.kube.client import JSON, FenceCheck
 from gangsched.kube.effects import Effects
 from gangsched.kube.events import rfc3339
 from gangsched.kube.gangspecs import GangSpecs
-from gangsched.kube.gpushare import GpuLabels
-from gangsched.kube.membership import Source
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.podreader import PodReader
 from gangsched.kube.preemptor import Preemptor
@@ -48,16 +52,7 @@ from gangsched.kube.reporter import Reporter
 from gangsched.kube.restarter import GangRestarter
 from gangsched.kube.slicing import SLICE_SECONDS, in_slices
 from gangsched.kube.storage import storage_reflectors
-from gangsched.kube.translate import (
-    namespace_from,
-    node_from,
-    podgroup_from,
-    timestamp,
-    volcano_podgroup_from,
-    xk8s_podgroup_from,
-)
 from gangsched.kube.upstreamstatus import UpstreamStatus
-from gangsched.kube.workloadapi import VERSIONS, upstream_podgroup_from
 
 __all__ = ["SchedulerService", "ServiceStats"]
 

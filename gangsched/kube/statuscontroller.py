@@ -4,7 +4,7 @@ condition.
 It watches PodGroups only (no pods: member counts come from the scheduler's one pod watch, and
 the scheduler alone writes the phase, the counts and the ``Scheduled`` condition, see
 reporter.py). For each PodGroup it checks the spec by the scheduler's own rule
-(:func:`gangsched.kube.translate.podgroup_from`: what the CRD's schema cannot say, such as a
+(:func:`gangsched.api.podgroup.podgroup_from`: what the CRD's schema cannot say, such as a
 ``minResources`` quantity the scheduler cannot use, or an object stored without the CRD's
 current validation) and writes the verdict as the ``Accepted`` condition: ``True`` (reason
 ``Accepted``) or ``False`` (reason ``InvalidSpec``, the message naming the field), with the
@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gangsched.kube import labels as lbl
+from gangsched.api import labels as lbl
+from gangsched.api.podgroup import podgroup_from
 from gangsched.kube.api import KubeApi
 from gangsched.kube.client import JSON, ApiError
 from gangsched.kube.events import rfc3339
@@ -45,7 +46,6 @@ from gangsched.kube.podstatus import (
     says,
     transition_time,
 )
-from gangsched.kube.translate import podgroup_from
 
 if TYPE_CHECKING:
     # kopf is imported when the controller starts, on its thread: not on the daemon's start

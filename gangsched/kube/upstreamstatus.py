@@ -13,15 +13,54 @@ and a gang whose pods are all another scheduler's is left alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
+from gangsched.api.workloadapi import VERSIONS, UpstreamVersion
 from gangsched.core.status import GroupStatus
 from gangsched.kube.api import KubeApi
+from gangsched.kube.events import rfc3339
 from gangsched.kube.outbox import Outbox
 from gangsched.kube.podstatus import SCHEDULER_MANAGER, find_condition
-from gangsched.kube.workloadapi import VERSIONS, UpstreamVersion, podgroup_condition
 
-__all__ = ["UpstreamStatus"]
+__all__ = ["UpstreamStatus", "podgroup_condition"]
+
+# The reasons kube-scheduler gives (scheduling.k8s.io PodGroupReason*).
+REASON_SCHEDULED: Final = "Scheduled"
+REASON_UNSCHEDULABLE: Final = "Unschedulable"
+
+
+def podgroup_condition(
+    version: UpstreamVersion,
+    status: GroupStatus,
+    *,
+    generation: int,
+    previous: Mapping[str, Any] | None,
+) -> dict[str, Any] | None:
+    """The condition to set on an upstream PodGroup for the gang's ``status``, or None when
+    none is to be written: as kube-scheduler, a condition that says True (the group was
+    placed) is never turned back to False. The message is gangsched's: why the gang waits
+    (``<reason>: <message>``), or how many members are bound."""
+    if status.scheduled:
+        cond_status, reason, message = "True", REASON_SCHEDULED, status.message
+    else:
+        if previous is not None and previous.get("status") == "True":
+            return None
+        cond_status, reason = "False", REASON_UNSCHEDULABLE
+        message = f"{status.reason}: {status.message}" if status.reason else status.message
+    since = rfc3339()
+    if previous is not None and previous.get("status") == cond_status:
+        kept = previous.get("lastTransitionTime")
+        if isinstance(kept, str) and kept:
+            since = kept
+    return {
+        "type": version.condition_type,
+        "status": cond_status,
+        "reason": reason,
+        "message": message[:4096],
+        "observedGeneration": generation,
+        "lastTransitionTime": since,
+    }
+
 
 _COMPARED = ("status", "reason", "message", "observedGeneration")
 

@@ -4,9 +4,9 @@ first stands while its pod exists; and what the core must be told, once per chan
 
 from __future__ import annotations
 
+from gangsched.api.membership import Source
 from gangsched.core.model import GangMode, GangSpec
 from gangsched.kube.gangspecs import GangSpecs, SpecChange, declaration_conflict
-from gangsched.kube.membership import Source
 
 KEY = "ml/train"
 SOURCES = (Source.GANGSCHED, Source.XK8S, Source.VOLCANO)

@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
+from gangsched.api.membership import Source
+from gangsched.api.podgroup import podgroup_from
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import PodRef
 from gangsched.core.scheduler import Scheduler
 from gangsched.core.status import GroupStatus
-from gangsched.kube.membership import Source
 from gangsched.kube.outbox import Outbox
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
-from gangsched.kube.translate import podgroup_from
 
 
 class RecordingReporter:

@@ -233,7 +233,7 @@ def test_a_member_being_deleted_is_lost_at_once(deleting: bool) -> None:
 
 
 def test_the_policy_is_read_from_the_podgroup_and_a_bad_value_is_invalid_spec() -> None:
-    from gangsched.kube.translate import podgroup_from, xk8s_podgroup_from
+    from gangsched.api.podgroup import podgroup_from, xk8s_podgroup_from
 
     def pg(spec: dict[str, object], annotations: dict[str, str] | None = None) -> dict[str, object]:
         meta = {"name": "train", "namespace": "ml", "annotations": annotations or {}}

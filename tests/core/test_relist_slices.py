@@ -9,16 +9,16 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
+from gangsched.api.membership import Source
+from gangsched.api.podgroup import podgroup_from
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.binder import BindResult
-from gangsched.kube.membership import Source
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.slicing import in_slices
-from gangsched.kube.translate import podgroup_from
 
 GANG = 8
 

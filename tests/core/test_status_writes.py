@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import Configuration
 
+from gangsched.api.membership import Source, resolve_membership
+from gangsched.api.podgroup import podgroup_from
 from gangsched.app import App, ControllerStoppedError
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
@@ -28,7 +30,6 @@ from gangsched.kube.binder import BindResult
 from gangsched.kube.client import ApiError
 from gangsched.kube.events import rfc3339
 from gangsched.kube.health import HealthServer
-from gangsched.kube.membership import Source, resolve_membership
 from gangsched.kube.metrics import Metrics
 from gangsched.kube.outbox import Outbox
 from gangsched.kube.podstatus import (
@@ -40,7 +41,6 @@ from gangsched.kube.podstatus import (
 from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.statuscontroller import StatusController, accepted_status, verdict
-from gangsched.kube.translate import podgroup_from
 from gangsched.kubectl_gang import gang_rows, render
 from gangsched.settings import Settings
 from tests.support.fakekube import APPLY, FakeKube
@@ -873,7 +873,7 @@ def _nulled(obj: Any, path: tuple[object, ...]) -> Any:
 def test_no_field_set_to_null_makes_a_message_that_shows_none() -> None:
     """JSON null in any field of a pod or a PodGroup: whatever is refused says ``null``, never
     Python's ``None``."""
-    from gangsched.kube.translate import pod_from
+    from gangsched.api.pod import pod_from
 
     checked = 0
     for path in _paths(RICH_POD):

@@ -10,8 +10,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gangsched.api.pod import pod_from
 from gangsched.kube.podreader import PodReader
-from gangsched.kube.translate import pod_from
+from tests.api.test_pod import small_pod
 
 
 def _pod(**spec: Any) -> dict[str, Any]:
@@ -175,3 +176,16 @@ def test_every_read_equals_a_full_read(events: list[tuple[dict[str, Any], bool, 
         want_pod, want_membership = pod_from(obj)
         assert _same(pod, want_pod)
         assert membership == want_membership
+
+
+# ---- preemption ----------------------------------------------------------------------------
+def test_a_pods_nominated_node_is_read_and_kept_current_without_a_full_read() -> None:
+    reader = PodReader()
+    pod, _ = reader.read(small_pod())
+    assert pod.nominated_node == ""
+    nominated = small_pod(status={"phase": "Pending", "nominatedNodeName": "n3"})
+    pod, _ = reader.read(nominated)
+    assert pod.nominated_node == "n3"
+    assert (reader.full_reads, reader.reused) == (1, 1), "a status change is no new spec"
+    pod, _ = reader.read(small_pod(status={"phase": "Pending"}))
+    assert pod.nominated_node == ""

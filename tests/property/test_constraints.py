@@ -29,11 +29,13 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from gangsched.api.node import node_from
+from gangsched.api.pod import pod_from
+from gangsched.api.podgroup import podgroup_from
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, GangUnschedulable
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube.translate import node_from, pod_from, podgroup_from
 from tests.support.checker import Cluster, Violation, check_gang, check_pod
 from tests.support.specs import (
     GPU,

@@ -1,4 +1,4 @@
-"""Fuzzing the Kubernetes → core translation (gangsched.kube.translate).
+"""Fuzzing the Kubernetes → core readers (gangsched.api: node, pod, podgroup).
 
 Two families of properties:
 
@@ -47,6 +47,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from gangsched.api import labels as lbl
+from gangsched.api.membership import Membership
+from gangsched.api.node import namespace_from, node_from
+from gangsched.api.pod import pod_from
+from gangsched.api.podgroup import podgroup_from, volcano_podgroup_from, xk8s_podgroup_from
 from gangsched.core.model import (
     AffinityTerm,
     GangMode,
@@ -69,16 +74,6 @@ from gangsched.core.model import (
     Toleration,
     TopologySpec,
     WeightedPodAffinityTerm,
-)
-from gangsched.kube import labels as lbl
-from gangsched.kube.membership import Membership
-from gangsched.kube.translate import (
-    namespace_from,
-    node_from,
-    pod_from,
-    podgroup_from,
-    volcano_podgroup_from,
-    xk8s_podgroup_from,
 )
 
 # One bug per test is reported (and shrunk): several distinct ones would make a failing run

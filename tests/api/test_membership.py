@@ -1,4 +1,4 @@
-"""Which gang a pod belongs to (gangsched.kube.membership.resolve_membership).
+"""Which gang a pod belongs to (gangsched.api.membership.resolve_membership).
 
 Every convention users already have, their precedence, conflicts, malformed declarations and
 roles. resolve_membership never raises: a bad declaration is a Membership with ``error`` set.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from gangsched.api import labels as lbl
+from gangsched.api.membership import Membership, Source, resolve_membership
+from gangsched.api.pod import pod_from
 from gangsched.core.model import GangMode, GangSpec
-from gangsched.kube import labels as lbl
-from gangsched.kube.membership import Membership, Source, resolve_membership
-from gangsched.kube.translate import pod_from
 
 NS = "ml"
 CREATED = 1714564800.0

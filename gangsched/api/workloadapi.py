@@ -13,9 +13,9 @@ reads PodGroups only. A pod joins one through the immutable ``spec.schedulingGro
 - :func:`upstream_podgroup_from` maps a PodGroup to a ``GangSpec``: ``gang.minCount`` is
   ``minMember``; ``basic`` is no gang at all, a spec of ``minMember`` 1 whose members schedule
   one by one (each binds when it fits, whatever the others do);
-- :func:`podgroup_condition` is the condition kube-scheduler writes on the PodGroup
-  (``PodGroupScheduled`` in v1alpha2, ``PodGroupInitiallyScheduled`` in v1beta1; reason
-  ``Scheduled`` or ``Unschedulable``), with gangsched's why-waiting message.
+- :class:`UpstreamVersion` names the condition kube-scheduler writes on the PodGroup in each
+  version (``PodGroupScheduled`` in v1alpha2, ``PodGroupInitiallyScheduled`` in v1beta1), which
+  ``kube/upstreamstatus.py`` writes with gangsched's why-waiting message.
 
 Which version the server serves is found by listing each one gangsched knows (a version that is
 not served answers 404 and is looked for again every minute): :data:`VERSIONS`, newest first.
@@ -27,17 +27,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from gangsched.api.fields import timestamp
+from gangsched.api.topology import upstream_domain
 from gangsched.core.model import GangSpec
-from gangsched.core.status import GroupStatus
-from gangsched.kube.events import rfc3339
-from gangsched.kube.topology import upstream_domain
-from gangsched.kube.translate import timestamp
 
 __all__ = [
     "GROUP",
     "VERSIONS",
     "UpstreamVersion",
-    "podgroup_condition",
     "upstream_podgroup_from",
 ]
 
@@ -68,10 +65,6 @@ class UpstreamVersion:
 V1BETA1: Final = UpstreamVersion("v1beta1", "PodGroupInitiallyScheduled")
 V1ALPHA2: Final = UpstreamVersion("v1alpha2", "PodGroupScheduled")
 VERSIONS: Final = (V1BETA1, V1ALPHA2)
-
-# The reasons kube-scheduler gives (scheduling.k8s.io PodGroupReason*).
-REASON_SCHEDULED: Final = "Scheduled"
-REASON_UNSCHEDULABLE: Final = "Unschedulable"
 
 
 def _policy(policy: object, key: str, created: float) -> GangSpec:
@@ -114,36 +107,3 @@ def upstream_podgroup_from(obj: Mapping[str, Any]) -> GangSpec:
         return replace(gang, domain=upstream_domain(spec))
     except ValueError as e:
         return GangSpec(key, created=created, invalid_reason=str(e))
-
-
-def podgroup_condition(
-    version: UpstreamVersion,
-    status: GroupStatus,
-    *,
-    generation: int,
-    previous: Mapping[str, Any] | None,
-) -> dict[str, Any] | None:
-    """The condition to set on an upstream PodGroup for the gang's ``status``, or None when
-    none is to be written: as kube-scheduler, a condition that says True (the group was
-    placed) is never turned back to False. The message is gangsched's: why the gang waits
-    (``<reason>: <message>``), or how many members are bound."""
-    if status.scheduled:
-        cond_status, reason, message = "True", REASON_SCHEDULED, status.message
-    else:
-        if previous is not None and previous.get("status") == "True":
-            return None
-        cond_status, reason = "False", REASON_UNSCHEDULABLE
-        message = f"{status.reason}: {status.message}" if status.reason else status.message
-    since = rfc3339()
-    if previous is not None and previous.get("status") == cond_status:
-        kept = previous.get("lastTransitionTime")
-        if isinstance(kept, str) and kept:
-            since = kept
-    return {
-        "type": version.condition_type,
-        "status": cond_status,
-        "reason": reason,
-        "message": message[:4096],
-        "observedGeneration": generation,
-        "lastTransitionTime": since,
-    }

@@ -36,8 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gangsched.api import labels as lbl
 from gangsched.core.model import GangMode, GangSpec
-from gangsched.kube import labels as lbl
 
 __all__ = ["MAX_MEMBERS", "Membership", "Source", "resolve_membership", "scheduling_group"]
 

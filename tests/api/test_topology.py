@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 
+from gangsched.api.pod import pod_from
+from gangsched.api.podgroup import podgroup_from, xk8s_podgroup_from
+from gangsched.api.topology import completion_index, kueue_domain, podgroup_domain
+from gangsched.api.workloadapi import upstream_podgroup_from
 from gangsched.core.model import DomainConstraint
 from gangsched.kube.statuscontroller import verdict
-from gangsched.kube.topology import completion_index, kueue_domain, podgroup_domain
-from gangsched.kube.translate import pod_from, podgroup_from, xk8s_podgroup_from
-from gangsched.kube.workloadapi import upstream_podgroup_from
 
 RACK = "example.com/rack"
 
