@@ -141,7 +141,18 @@ def test_every_copy_of_the_crd_is_the_crd(copy: str) -> None:
     )
 
 
-# ---- the chart's values (helm itself: tests/e2e/test_chart.py) -------------------------------
+# ---- every setting at its default: the chart's values (helm itself: tests/e2e/test_chart.py)
+# and the manifests' configuration file (kustomize: tests/e2e/test_deploy.py) ------------------
+
+
+def test_config_file_lists_every_setting_at_its_default() -> None:
+    path = REPO / "manifests" / "config.yaml"
+    raw = yaml.safe_load(path.read_text())
+    aliases = {info.alias or name for name, info in Settings.model_fields.items()}
+    assert set(raw) == aliases, (
+        f"missing: {sorted(aliases - set(raw))}, unknown: {sorted(set(raw) - aliases)}"
+    )
+    assert load_settings(str(path), {}, env={}) == Settings()
 
 
 def test_values_config_is_every_setting_at_its_default() -> None:
