@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import REPO, SchedulerProcess
 from .kube import (

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from gangsched.core.status import GroupStatus, MemberCounts
-from gangsched.devcluster.featuregates import apiserver_args
 from gangsched.kube.membership import Source, resolve_membership
 from gangsched.kube.translate import pod_from
 from gangsched.kube.workloadapi import (
@@ -20,6 +19,7 @@ from gangsched.kube.workloadapi import (
     podgroup_condition,
     upstream_podgroup_from,
 )
+from gangsched_dev.devcluster.featuregates import apiserver_args
 from tests.kube.test_service import NODES, PODS, Rig, node, pod, until
 from tests.support.fakekube import FakeKube
 
