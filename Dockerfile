@@ -35,12 +35,15 @@ COPY requirements.lock ./
 RUN /opt/gangsched/bin/pip install --require-hashes --no-deps -r requirements.lock
 
 # Then the project itself (pyproject.toml names README.md and LICENSE), without dependencies:
-# they are all in place, at the locked versions.
+# they are all in place, at the locked versions. Only the scheduler's package: the dev tools
+# (gangsched_dev/: the dev cluster, the in-process benchmark) stay out of the build context
+# (.dockerignore) and so out of the image; the check below fails if they get in.
 COPY pyproject.toml README.md LICENSE ./
 COPY gangsched ./gangsched
 RUN /opt/gangsched/bin/pip install --no-deps . \
     && /opt/gangsched/bin/pip check \
-    && /opt/gangsched/bin/gangsched --help > /dev/null
+    && /opt/gangsched/bin/gangsched --help > /dev/null \
+    && ! /opt/gangsched/bin/python -c "import gangsched_dev" 2> /dev/null
 
 # ---- runtime ----------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -44,7 +44,7 @@ from versus_procs import SCHEDULERS  # noqa: E402
 from versus_report import markdown  # noqa: E402
 from versus_workload import WORKLOADS, Workload  # noqa: E402
 
-from gangsched.devcluster import ControlPlaneError, find_binaries  # noqa: E402
+from gangsched_dev.devcluster import ControlPlaneError, find_binaries  # noqa: E402
 
 PEERS_SCRIPT: Final = BENCH / "peers.sh"
 DEFAULT_SP_VERSION: Final = "v0.34.7"

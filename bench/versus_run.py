@@ -42,7 +42,7 @@ from versus_procs import (
 )
 from versus_workload import GANG_LABEL, NAMESPACE, NODE_PATH, POD_PATH, Workload
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 __all__ = ["RunConfig", "run_one"]
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gangsched.devcluster.controlplane import fake_node
+from gangsched_dev.devcluster.controlplane import fake_node
 
 __all__ = [
     "GANG_LABEL",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 
 __all__ = ["main"]
 
@@ -61,15 +62,16 @@ def _positive(text: str) -> int:
     return n
 
 
-def _bench(args: argparse.Namespace) -> int:
-    from gangsched.bench import run_bench
-
+def _dev_tools() -> ModuleType | None:
+    """The dev tools' commands (``bench``, ``dev-cluster``: gangsched_dev.cli) when that package
+    is installed, as from a checkout; the runtime image has none."""
     try:
-        print(run_bench(args))
-    except ValueError as e:
-        print(f"gangsched bench: {e}", file=sys.stderr)
-        return 2
-    return 0
+        import gangsched_dev.cli
+    except ModuleNotFoundError as e:
+        if e.name != "gangsched_dev":
+            raise
+        return None
+    return gangsched_dev.cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,44 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=_simulate)
 
-    b = sub.add_parser("bench", help="in-process scheduling benchmark")
-    b.add_argument("--nodes", type=int, default=5000)
-    b.add_argument("--gpus-per-node", type=int, default=8)
-    b.add_argument("--gang-size", type=int, default=8)
-    b.add_argument("--gpus-per-pod", type=int, default=1)
-    b.add_argument("--pods", type=int, default=10000)
-    b.add_argument("--trace", help="node inventory CSV instead of uniform nodes")
-    b.add_argument("--repeat", type=int, default=1, help="runs; the best is reported")
-    b.add_argument(
-        "--constraint",
-        choices=("none", "anti-affinity", "zone-spread", "host-port"),
-        default="none",
-        help="one constraint on every pod, on its gang's label (see docs/benchmarks.md)",
-    )
-    b.add_argument("--zones", type=int, default=10, help="zones the uniform nodes spread over")
-    b.add_argument(
-        "--profile",
-        choices=("binpack", "fgd", "spread"),
-        default="binpack",
-        help="placement profile (settings placementProfile; see docs/placement.md)",
-    )
-    b.add_argument(
-        "--topology",
-        metavar="block=M,rack=N",
-        help="synthesised levels block/rack/hostname: racks of N nodes, M racks a block",
-    )
-    b.add_argument(
-        "--gang-topology",
-        choices=("none", "required-rack", "preferred-rack"),
-        default="none",
-        help="every gang's topology placement (needs --topology)",
-    )
-    b.add_argument("--json", action="store_true")
-    b.set_defaults(func=_bench)
+    dev = _dev_tools()
+    if dev is not None:
+        dev.add_bench(sub)
 
     from gangsched import cli_kube
 
     cli_kube.add_commands(sub)
+    if dev is not None:
+        dev.add_dev_cluster(sub)
     return p
 
 

@@ -1,4 +1,5 @@
-"""The cluster-facing subcommands: ``run``, ``status-controller`` and ``dev-cluster``."""
+"""The cluster-facing subcommands: ``run`` and ``status-controller`` (``dev-cluster`` is one of
+the dev tools: gangsched_dev)."""
 
 from __future__ import annotations
 
@@ -155,7 +156,3 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     _common(s)
     s.set_defaults(func=_status)
-
-    from gangsched.devcluster import cli as devcli
-
-    devcli.add_command(sub)

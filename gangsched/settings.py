@@ -5,25 +5,130 @@ Every field is documented in docs/configuration.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Annotated, Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel, to_snake
 
 from gangsched.core.config import CoreConfig
 from gangsched.core.framework import PluginSettings
+from gangsched.core.gpu import MEMORY_LABEL
+from gangsched.core.labels import valid_label_key
 from gangsched.core.model import SpreadConstraint
 from gangsched.core.plugins import FILTERS, SCORERS
 from gangsched.core.profile import PLACEMENT_PROFILES
 
-__all__ = ["ConfigError", "DefaultSpreadConstraint", "Settings", "load_settings"]
+__all__ = [
+    "CORE_SETTINGS",
+    "SIMULATED_SETTINGS",
+    "ConfigError",
+    "CoreSetting",
+    "DefaultSpreadConstraint",
+    "Settings",
+    "load_settings",
+]
 
 
 class ConfigError(ValueError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSetting:
+    """Where a setting goes in the core's configuration: the field of CoreConfig (with
+    ``plugin``, of its PluginSettings) of the same name as the setting's ``Settings`` field.
+    ``simulated``: a workload's ``settings`` may set it (``gangsched simulate``)."""
+
+    plugin: bool = False
+    simulated: bool = True
+
+
+# The settings that the core reads, by their name in the configuration file. Each takes its
+# default from the core's field (the core's defaults are the only ones) and Settings.core()
+# copies it there. Besides these, placementProfile and scoreWeights (both simulated) make the
+# core's score_weights and gpu_candidate_order; every other setting is the adapters'.
+CORE_SETTINGS: Final[Mapping[str, CoreSetting]] = MappingProxyType(
+    {
+        "schedulerName": CoreSetting(simulated=False),
+        "defaultScheduleTimeoutSeconds": CoreSetting(),
+        "scheduleTimeoutOverrideSeconds": CoreSetting(),
+        "backoffInitialSeconds": CoreSetting(),
+        "backoffMaxSeconds": CoreSetting(),
+        "unschedulableFlushSeconds": CoreSetting(),
+        "preemption": CoreSetting(),
+        "preemptionHoldSeconds": CoreSetting(),
+        "reservationAfterSeconds": CoreSetting(),
+        "nodesToScore": CoreSetting(),
+        "filters": CoreSetting(),
+        "topologyLevels": CoreSetting(),
+        "gpuRequestWindow": CoreSetting(plugin=True),
+        "hardPodAffinityWeight": CoreSetting(plugin=True, simulated=False),
+        "defaultSpreadConstraints": CoreSetting(plugin=True, simulated=False),
+        "gpuModelLabel": CoreSetting(plugin=True, simulated=False),
+    }
+)
+# The settings a simulated workload may set (sim/run.py).
+SIMULATED_SETTINGS: Final = frozenset(
+    {name for name, s in CORE_SETTINGS.items() if s.simulated}
+    | {"placementProfile", "scoreWeights"}
+)
+
+
+def _core_default(name: str) -> Any:
+    """The default of the core's field for setting ``name`` (camelCase)."""
+    where = PluginSettings if CORE_SETTINGS[name].plugin else CoreConfig
+    (f,) = (f for f in dataclasses.fields(where) if f.name == to_snake(name))
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def _to_core(value: Any) -> Any:
+    """A setting's value as the core holds it: lists as tuples, default constraints as the
+    core's SpreadConstraint."""
+    if isinstance(value, list):
+        return tuple(_to_core(v) for v in value)
+    if isinstance(value, DefaultSpreadConstraint):
+        return value.core()
+    return value
+
+
+def _shown(key: str) -> str:
+    return repr(key) if len(key) <= 63 else f"{key[:63] + '...'!r} ({len(key)} characters)"
+
+
+def _label_key_error(key: str) -> str | None:
+    """Why ``key`` is no label key (the check a PodGroup's keys get: core/labels.py)."""
+    if valid_label_key(key):
+        return None
+    return (
+        f"{_shown(key)} is not a valid label key (an optional DNS subdomain prefix of at most "
+        "253 characters and '/', then a name of at most 63 characters)"
+    )
+
+
+def _label_key(key: str) -> str:
+    if error := _label_key_error(key):
+        raise ValueError(error)
+    return key
+
+
+# A node label key, as Kubernetes validates one.
+LabelKey = Annotated[str, AfterValidator(_label_key)]
 
 
 class DefaultSpreadConstraint(BaseModel):
@@ -35,7 +140,7 @@ class DefaultSpreadConstraint(BaseModel):
     )
 
     max_skew: int = Field(ge=1)
-    topology_key: str = Field(min_length=1, max_length=316)
+    topology_key: LabelKey = Field(min_length=1, max_length=316)
     when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
     min_domains: int | None = Field(None, ge=1)
     node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
@@ -76,35 +181,46 @@ class Settings(BaseModel):
         extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
     )
 
-    scheduler_name: str = Field("gangsched", min_length=1, max_length=253)
+    scheduler_name: str = Field(_core_default("schedulerName"), min_length=1, max_length=253)
     kubeconfig: str | None = None
     context: str | None = None
     # Gang timing
-    default_schedule_timeout_seconds: float = Field(300.0, gt=0, le=86400)
-    schedule_timeout_override_seconds: float | None = Field(None, gt=0, le=86400)
-    backoff_initial_seconds: float = Field(1.0, gt=0, le=3600)
-    backoff_max_seconds: float = Field(10.0, gt=0, le=3600)
-    unschedulable_flush_seconds: float = Field(60.0, gt=0, le=86400)
+    default_schedule_timeout_seconds: float = Field(
+        _core_default("defaultScheduleTimeoutSeconds"), gt=0, le=86400
+    )
+    schedule_timeout_override_seconds: float | None = Field(
+        _core_default("scheduleTimeoutOverrideSeconds"), gt=0, le=86400
+    )
+    backoff_initial_seconds: float = Field(_core_default("backoffInitialSeconds"), gt=0, le=3600)
+    backoff_max_seconds: float = Field(_core_default("backoffMaxSeconds"), gt=0, le=3600)
+    unschedulable_flush_seconds: float = Field(
+        _core_default("unschedulableFlushSeconds"), gt=0, le=86400
+    )
     # A full cluster: whole-gang preemption, reservations
-    preemption: bool = True
-    preemption_hold_seconds: float = Field(120.0, gt=0, le=86400)
-    reservation_after_seconds: float | None = Field(60.0, ge=0, le=86400)
+    preemption: bool = _core_default("preemption")
+    preemption_hold_seconds: float = Field(_core_default("preemptionHoldSeconds"), gt=0, le=86400)
+    reservation_after_seconds: float | None = Field(
+        _core_default("reservationAfterSeconds"), ge=0, le=86400
+    )
     # Placement
-    nodes_to_score: int = Field(100, ge=1, le=100_000)
-    filters: list[str] = Field(default_factory=lambda: list(CoreConfig().filters), min_length=1)
+    nodes_to_score: int = Field(_core_default("nodesToScore"), ge=1, le=100_000)
+    filters: list[str] = Field(default_factory=lambda: list(_core_default("filters")), min_length=1)
     # binpack | fgd | spread: the scorers and weights used unless scoreWeights is given.
     placement_profile: Literal["binpack", "fgd", "spread"] = "binpack"
     score_weights: dict[str, int] | None = None  # None: the placement profile's
     # FragmentationGradient: how many recent GPU pods the mix of request classes holds.
-    gpu_request_window: int = Field(1000, ge=1, le=1_000_000)
+    gpu_request_window: int = Field(_core_default("gpuRequestWindow"), ge=1, le=1_000_000)
     # Topology-aware gang placement: node label keys, largest domain first (block, rack, ...)
-    topology_levels: list[str] = Field(default_factory=list, max_length=16)
+    topology_levels: list[str] = Field(
+        default_factory=lambda: list(_core_default("topologyLevels")), max_length=16
+    )
     # Plugin arguments (kube-scheduler's pluginConfig)
-    hard_pod_affinity_weight: int = Field(1, ge=0, le=100)
+    hard_pod_affinity_weight: int = Field(_core_default("hardPodAffinityWeight"), ge=0, le=100)
+    # (the core's default is none: a test checks that Settings().core() == CoreConfig())
     default_spread_constraints: list[DefaultSpreadConstraint] = Field(default_factory=list)
     # GPU devices: the node labels that give a node's GPU model and per-device memory (MiB)
-    gpu_model_label: str = Field("nvidia.com/gpu.product", min_length=1, max_length=316)
-    gpu_memory_label: str = Field("nvidia.com/gpu.memory", min_length=1, max_length=316)
+    gpu_model_label: LabelKey = Field(_core_default("gpuModelLabel"), min_length=1, max_length=316)
+    gpu_memory_label: LabelKey = Field(MEMORY_LABEL, min_length=1, max_length=316)
     # API client
     api_qps: float = Field(50.0, ge=0)
     api_burst: int = Field(100, ge=1)
@@ -150,8 +266,8 @@ class Settings(BaseModel):
         if any(w < 0 for w in weights.values()):
             raise ValueError("scoreWeights: weights must be >= 0")
         for i, key in enumerate(self.topology_levels):
-            if not key or len(key) > 316:
-                raise ValueError(f"topologyLevels.{i}: a node label key of 1-316 characters")
+            if error := _label_key_error(key):
+                raise ValueError(f"topologyLevels.{i}: {error}")
             if key in self.topology_levels[:i]:
                 raise ValueError(f"topologyLevels.{i}: duplicate level {key!r}")
         seen: set[tuple[str, str]] = set()
@@ -166,30 +282,24 @@ class Settings(BaseModel):
         return self
 
     def core(self) -> CoreConfig:
+        """The core's configuration: CORE_SETTINGS copied over, and the scorers and GPU
+        candidate order of the placement profile (scoreWeights, when set, replaces its
+        weights)."""
         profile = PLACEMENT_PROFILES[self.placement_profile]
         weights = profile.score_weights if self.score_weights is None else self.score_weights
         return CoreConfig(
-            scheduler_name=self.scheduler_name,
-            default_schedule_timeout_seconds=self.default_schedule_timeout_seconds,
-            schedule_timeout_override_seconds=self.schedule_timeout_override_seconds,
-            backoff_initial_seconds=self.backoff_initial_seconds,
-            backoff_max_seconds=self.backoff_max_seconds,
-            unschedulable_flush_seconds=self.unschedulable_flush_seconds,
-            preemption=self.preemption,
-            preemption_hold_seconds=self.preemption_hold_seconds,
-            reservation_after_seconds=self.reservation_after_seconds,
-            topology_levels=tuple(self.topology_levels),
-            nodes_to_score=self.nodes_to_score,
-            filters=tuple(self.filters),
+            **self._core_values(plugin=False),
             score_weights=dict(weights),
             gpu_candidate_order=profile.gpu_candidate_order,
-            plugin_settings=PluginSettings(
-                hard_pod_affinity_weight=self.hard_pod_affinity_weight,
-                default_spread_constraints=tuple(c.core() for c in self.default_spread_constraints),
-                gpu_request_window=self.gpu_request_window,
-                gpu_model_label=self.gpu_model_label,
-            ),
+            plugin_settings=PluginSettings(**self._core_values(plugin=True)),
         )
+
+    def _core_values(self, *, plugin: bool) -> dict[str, Any]:
+        return {
+            to_snake(name): _to_core(getattr(self, to_snake(name)))
+            for name, where in CORE_SETTINGS.items()
+            if where.plugin == plugin
+        }
 
 
 def _env_name(field: str) -> str:

@@ -1,9 +1,12 @@
-"""What ships: the license, the lock files, the copies of the CRD, and a wheel that runs the dev
-cluster's binary lookup without a checkout. No cluster, no Go build."""
+"""What ships: the license, the lock files, the copies of the CRD, every setting at its default,
+a wheel that runs the dev cluster's binary lookup without a checkout, and the image's wheel,
+which holds the scheduler without its dev tools. No cluster, no Go build, no Docker."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -12,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -85,6 +89,41 @@ def test_runtime_lock_pins_every_dependency_with_hashes() -> None:
     assert "bash hack/lock.sh" in (REPO / "requirements.lock").read_text()
 
 
+def _third_party_imports(package: Path) -> set[str]:
+    """The top-level names of the modules that ``package`` imports from outside the project
+    and the standard library."""
+    names: set[str] = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return {n for n in names - set(sys.stdlib_module_names) if not n.startswith("gangsched")}
+
+
+def test_every_third_party_import_of_the_scheduler_is_declared() -> None:
+    """A module the scheduler imports comes from a dependency of its own, not only through
+    another one's requirements (which a new release may drop). Lazy imports may come from an
+    extra (``plot``: matplotlib)."""
+    declared = _names(PYPROJECT["project"]["dependencies"])
+    extras = {
+        name
+        for extra, requirements in PYPROJECT["project"]["optional-dependencies"].items()
+        if extra != "dev"
+        for name in _names(requirements)
+    }
+    distributions = importlib.metadata.packages_distributions()
+    imported = _third_party_imports(REPO / "gangsched")
+    assert {"aiohttp", "kubernetes_asyncio", "yaml"} <= imported
+    undeclared = {
+        module: distributions.get(module)
+        for module in imported
+        if not {canonicalize_name(d) for d in distributions.get(module, [])} & (declared | extras)
+    }
+    assert not undeclared, f"imported, not declared in pyproject.toml: {undeclared}"
+
+
 def test_dev_lock_runs_exactly_the_runtime_pins() -> None:
     """The tests run the versions (and files) that ship, plus the dev tools and the build
     backend that hack/test.sh installs the project with."""
@@ -130,7 +169,7 @@ SYNC_CRDS = "hack/sync-crds.sh"  # copies crds/ (the source) to each of CRD_COPI
 CRD_COPIES = [
     "manifests",  # kustomize refuses files outside its directory
     "charts/gangsched/crds",  # Helm installs a chart's crds/
-    "gangsched/devcluster/crds",  # package data: the dev cluster from a wheel
+    "gangsched_dev/devcluster/crds",  # package data: the dev cluster from a wheel
 ]
 
 
@@ -171,7 +210,18 @@ def test_the_crd_is_defined_only_in_crds_and_its_copies() -> None:
     )
 
 
-# ---- the chart's values (helm itself: tests/e2e/test_chart.py) -------------------------------
+# ---- every setting at its default: the chart's values (helm itself: tests/e2e/test_chart.py)
+# and the manifests' configuration file (kustomize: tests/e2e/test_deploy.py) ------------------
+
+
+def test_config_file_lists_every_setting_at_its_default() -> None:
+    path = REPO / "manifests" / "config.yaml"
+    raw = yaml.safe_load(path.read_text())
+    aliases = {info.alias or name for name, info in Settings.model_fields.items()}
+    assert set(raw) == aliases, (
+        f"missing: {sorted(aliases - set(raw))}, unknown: {sorted(set(raw) - aliases)}"
+    )
+    assert load_settings(str(path), {}, env={}) == Settings()
 
 
 def test_values_config_is_every_setting_at_its_default() -> None:
@@ -195,7 +245,49 @@ def test_values_schema_is_up_to_date() -> None:
     assert out.returncode == 0, out.stderr
 
 
-# ---- the wheel -----------------------------------------------------------------------------
+# ---- the wheels: from a checkout (scheduler and dev tools) and the image's (scheduler only) ---
+
+
+def _build_and_install(tmp_path: Path, src: Path) -> tuple[Path, Path]:
+    """Build the wheel of ``src`` alone, install it into a fresh virtualenv whose dependencies
+    come from this environment; (the wheel, the virtualenv)."""
+    dist = tmp_path / "dist"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = dist.glob("gangsched-*.whl")
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run(
+        [*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    # The dependencies come from this environment (a path, so its editable gangsched is not
+    # picked up: that needs this site-packages' own .pth files, which a path entry skips).
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return wheel, venv
+
+
+def _clean_env() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GANGSCHED_CP_BIN", "KUBEBUILDER_ASSETS", "PYTHONPATH")
+    }
 
 
 def _fake_binaries(root: Path, k8s: str, etcd: str, kwok: str) -> Path:
@@ -227,46 +319,14 @@ def test_installed_wheel_finds_the_dev_cluster_binaries_without_a_checkout(
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(
-        REPO / "gangsched", src / "gangsched", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    dist = tmp_path / "dist"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run(
-        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(src)],
-        check=True,
-        timeout=300,
-    )
-    (wheel,) = dist.glob("gangsched-*.whl")
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    for package in ("gangsched", "gangsched_dev"):
+        shutil.copytree(REPO / package, src / package, ignore=shutil.ignore_patterns("__pycache__"))
+    _, venv = _build_and_install(tmp_path, src)
     python = venv / "bin" / "python"
-    subprocess.run(
-        [*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)],
-        check=True,
-        timeout=300,
-    )
-    # The dependencies come from this environment (a path, so its editable gangsched is not
-    # picked up: that needs this site-packages' own .pth files, which a path entry skips).
-    site = Path(
-        subprocess.run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     cache = tmp_path / "cache"
     expected = _fake_binaries(cache, "v1.36.3", "v3.6.16", "v0.8.0")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("GANGSCHED_CP_BIN", "KUBEBUILDER_ASSETS", "PYTHONPATH")
-    }
-    env |= {
+    env = _clean_env() | {
         "GANGSCHED_CP_CACHE": str(cache),
         "GANGSCHED_K8S_VERSION": "v1.36.3",
         "GANGSCHED_ETCD_VERSION": "v3.6.16",
@@ -274,10 +334,11 @@ def test_installed_wheel_finds_the_dev_cluster_binaries_without_a_checkout(
         "GANGSCHED_GO": "/nonexistent/go",  # a build would fail loudly
     }
     probe = (
-        "import gangsched, json\n"
-        "from gangsched.devcluster import find_binaries\n"
-        "from gangsched.devcluster.cli import CRDS\n"
-        "print(json.dumps({'module': gangsched.__file__, 'bin': str(find_binaries()),"
+        "import gangsched, gangsched_dev, json\n"
+        "from gangsched_dev.devcluster import find_binaries\n"
+        "from gangsched_dev.devcluster.cli import CRDS\n"
+        "print(json.dumps({'module': gangsched.__file__, 'dev': gangsched_dev.__file__,"
+        " 'bin': str(find_binaries()),"
         " 'crds': sorted(p.name for p in CRDS.glob('*.yaml'))}))\n"
     )
     run = subprocess.run(
@@ -292,6 +353,7 @@ def test_installed_wheel_finds_the_dev_cluster_binaries_without_a_checkout(
     assert run.returncode == 0, run.stderr
     found = json.loads(run.stdout.strip().splitlines()[-1])
     assert Path(found["module"]).is_relative_to(venv), found  # the wheel, not the checkout
+    assert Path(found["dev"]).is_relative_to(venv), found
     assert Path(found["bin"]) == expected.resolve()
     assert found["crds"] == [CRD]
     assert "cached:" in run.stderr  # the packaged script answered from its cache
@@ -306,3 +368,63 @@ def test_installed_wheel_finds_the_dev_cluster_binaries_without_a_checkout(
         check=False,
     )
     assert status.returncode == 1 and "no dev-cluster is running" in status.stderr
+
+
+def _dockerfile_builder_copies() -> list[tuple[list[str], str]]:
+    """The builder stage's COPY instructions (sources, destination), in order."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    builder = dockerfile.split("\nFROM ")[1]  # up to the runtime stage
+    copies = re.findall(r"^COPY (?!--)(.+) (\S+)$", builder, re.MULTILINE)
+    return [(sources.split(), dest) for sources, dest in copies]
+
+
+def test_the_image_builds_the_scheduler_without_its_dev_tools(tmp_path: Path) -> None:
+    """The Dockerfile's builder copies, from a build context that .dockerignore cuts down to an
+    allow-list, what it installs: build that, as it does, and the wheel holds the scheduler
+    only; ``gangsched`` runs without the dev tools' commands."""
+    allowed = {
+        line[1:].rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
+    assert "gangsched" in allowed and "gangsched_dev" not in allowed
+    src = tmp_path / "src"
+    src.mkdir()
+    for sources, dest in _dockerfile_builder_copies():
+        for source in sources:
+            assert source in allowed, f"the Dockerfile copies {source}, left out of the context"
+            target = src / dest / source if dest.endswith("/") else src / dest
+            if (REPO / source).is_dir():
+                shutil.copytree(REPO / source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(REPO / source, target)
+    assert (src / "gangsched").is_dir() and not (src / "gangsched_dev").exists()
+
+    wheel, venv = _build_and_install(tmp_path, src)
+    with zipfile.ZipFile(wheel) as z:
+        packages = {name.split("/")[0] for name in z.namelist() if "/" in name}
+    assert "gangsched" in packages and "gangsched_dev" not in packages, packages
+
+    help_ = subprocess.run(
+        [str(venv / "bin" / "gangsched"), "--help"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert help_.returncode == 0, help_.stderr
+    commands = re.search(r"\{([a-z,-]+)\}", help_.stdout)
+    assert commands is not None, help_.stdout
+    assert commands[1].split(",") == ["simulate", "run", "status-controller"]
+    probe = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import gangsched_dev"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert probe.returncode == 1 and "No module named 'gangsched_dev'" in probe.stderr

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gangsched.core.config import CoreConfig
-from gangsched.settings import Settings
+from gangsched.settings import SIMULATED_SETTINGS, Settings
 from gangsched.sim.engine import SimResult, Simulation
 from gangsched.sim.jobs import build_jobs, build_nodes, capacity_milli
 from gangsched.sim.report import format_summary, format_table, plot, summary
@@ -29,30 +29,14 @@ __all__ = [
     "simulate_many",
 ]
 
-_SETTING_NAMES = {
-    "defaultScheduleTimeoutSeconds": "default_schedule_timeout_seconds",
-    "scheduleTimeoutOverrideSeconds": "schedule_timeout_override_seconds",
-    "backoffInitialSeconds": "backoff_initial_seconds",
-    "backoffMaxSeconds": "backoff_max_seconds",
-    "unschedulableFlushSeconds": "unschedulable_flush_seconds",
-    "preemption": "preemption",
-    "preemptionHoldSeconds": "preemption_hold_seconds",
-    "reservationAfterSeconds": "reservation_after_seconds",
-    "nodesToScore": "nodes_to_score",
-    "scoreWeights": "score_weights",
-    "filters": "filters",
-    "placementProfile": "placement_profile",
-    "gpuRequestWindow": "gpu_request_window",
-    "topologyLevels": "topology_levels",
-}
-
 
 def core_config_from(settings: dict[str, Any]) -> CoreConfig:
     """CoreConfig from a workload's ``settings``: the scheduling settings of the configuration
-    file (camelCase keys), validated as the daemon validates them."""
-    unknown = sorted(set(settings) - set(_SETTING_NAMES))
+    file (camelCase keys, settings.SIMULATED_SETTINGS), validated as the daemon validates
+    them."""
+    unknown = sorted(set(settings) - SIMULATED_SETTINGS)
     if unknown:
-        raise WorkloadError(f"settings: unknown {unknown}; known: {sorted(_SETTING_NAMES)}")
+        raise WorkloadError(f"settings: unknown {unknown}; known: {sorted(SIMULATED_SETTINGS)}")
     try:
         return Settings.model_validate(settings).core()
     except ValidationError as e:

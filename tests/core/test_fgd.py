@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from gangsched.bench import run_bench
 from gangsched.cli import build_parser
 from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.clock import FakeClock
@@ -29,6 +28,7 @@ from gangsched.core.profile import PLACEMENT_PROFILES
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
 from gangsched.settings import ConfigError, Settings, load_settings
+from gangsched_dev.bench import run_bench
 from tests.core.builders import make_pod, req, term
 
 GI = 2**30

@@ -72,6 +72,17 @@ ABXY = (
     zoned("node-y", "zone2"),
 )
 ALL_OK = dict.fromkeys(("node-a", "node-b", "node-x", "node-y"), "ok")
+# node-z: a third zone, one node.
+ABXYZ = (*ABXY, zoned("node-z", "zone3"))
+# Three nodes, each its own ``node`` domain; then with ``foo`` on the first two only; then with
+# the third tainted.
+ABC = (node("node-a", node="node-a"), node("node-b", node="node-b"), node("node-c", node="node-c"))
+FOO_ON_AB = (
+    node("node-a", node="node-a", foo=""),
+    node("node-b", node="node-b", foo=""),
+    node("node-c", node="node-c"),
+)
+TAINTED_C = (*ABC[:2], node("node-c", taint="dedicated", node="node-c"))
 
 
 def incoming(
@@ -355,22 +366,14 @@ FILTER_CASES = [
     FilterCase(
         "minDomains above the domain count: the global minimum is 0",
         incoming(hard(2, NODE, min_domains=4)),
-        (
-            node("node-a", node="node-a"),
-            node("node-b", node="node-b"),
-            node("node-c", node="node-c"),
-        ),
+        ABC,
         pods(node_a=2, node_b=2, node_c=1),
         {"node-a": "skew", "node-b": "skew", "node-c": "ok"},
     ),
     FilterCase(
         "minDomains below the domain count: the real minimum",
         incoming(hard(2, NODE, min_domains=2)),
-        (
-            node("node-a", node="node-a"),
-            node("node-b", node="node-b"),
-            node("node-c", node="node-c"),
-        ),
+        ABC,
         pods(node_a=2, node_b=2, node_c=1),
         {"node-a": "ok", "node-b": "ok", "node-c": "ok"},
     ),
@@ -399,7 +402,7 @@ FILTER_CASES = [
         # zone3 holds no pod but has a node: it is an eligible domain, so the minimum is 0.
         "an eligible domain with no pod keeps the minimum at 0",
         incoming(hard(1, ZONE)),
-        (*ABXY, zoned("node-z", "zone3")),
+        ABXYZ,
         pods(node_a=1, node_x=1),
         {"node-a": "skew", "node-b": "skew", "node-x": "skew", "node-y": "skew", "node-z": "ok"},
     ),
@@ -409,40 +412,28 @@ FILTER_CASES = [
         # eligible and its pods are not counted: nodes spread as 1/1/~1~.
         "nodeAffinityPolicy Honor with a nodeSelector: excluded nodes are no domain",
         incoming(hard(1, NODE), selector={"foo": ""}),
-        (
-            node("node-a", node="node-a", foo=""),
-            node("node-b", node="node-b", foo=""),
-            node("node-c", node="node-c"),
-        ),
+        FOO_ON_AB,
         pods(node_a=1, node_b=1, node_c=1),
         {"node-a": "ok", "node-b": "ok", "node-c": "ok"},
     ),
     FilterCase(
         "nodeAffinityPolicy Honor: an empty node outside the affinity is no domain",
         incoming(hard(1, NODE), selector={"foo": ""}),
-        (
-            node("node-a", node="node-a", foo=""),
-            node("node-b", node="node-b", foo=""),
-            node("node-c", node="node-c"),
-        ),
+        FOO_ON_AB,
         pods(node_a=1, node_b=1),
         {"node-a": "ok", "node-b": "ok", "node-c": "ok"},
     ),
     FilterCase(
         "nodeAffinityPolicy Ignore: the empty node outside the affinity sets the minimum",
         incoming(hard(1, NODE, node_affinity_policy="Ignore"), selector={"foo": ""}),
-        (
-            node("node-a", node="node-a", foo=""),
-            node("node-b", node="node-b", foo=""),
-            node("node-c", node="node-c"),
-        ),
+        FOO_ON_AB,
         pods(node_a=1, node_b=1),
         {"node-a": "skew", "node-b": "skew", "node-c": "ok"},
     ),
     FilterCase(
         "nodeAffinityPolicy Honor with required node affinity",
         incoming(hard(1, ZONE), require=(term(req(ZONE, "In", "zone1", "zone2")),)),
-        (*ABXY, zoned("node-z", "zone3")),
+        ABXYZ,
         pods(node_a=1, node_x=1),
         {"node-a": "ok", "node-b": "ok", "node-x": "ok", "node-y": "ok", "node-z": "ok"},
     ),
@@ -452,7 +443,7 @@ FILTER_CASES = [
             hard(1, ZONE, node_affinity_policy="Ignore"),
             require=(term(req(ZONE, "In", "zone1", "zone2")),),
         ),
-        (*ABXY, zoned("node-z", "zone3")),
+        ABXYZ,
         pods(node_a=1, node_x=1),
         {"node-a": "skew", "node-b": "skew", "node-x": "skew", "node-y": "skew", "node-z": "ok"},
     ),
@@ -460,33 +451,21 @@ FILTER_CASES = [
     FilterCase(
         "nodeTaintsPolicy Ignore (the default): a tainted empty node sets the minimum",
         incoming(hard(1, NODE)),
-        (
-            node("node-a", node="node-a"),
-            node("node-b", node="node-b"),
-            node("node-c", taint="dedicated", node="node-c"),
-        ),
+        TAINTED_C,
         pods(node_a=1, node_b=1),
         {"node-a": "skew", "node-b": "skew", "node-c": "ok"},
     ),
     FilterCase(
         "nodeTaintsPolicy Honor: an untolerated tainted node is no domain",
         incoming(hard(1, NODE, node_taints_policy="Honor")),
-        (
-            node("node-a", node="node-a"),
-            node("node-b", node="node-b"),
-            node("node-c", taint="dedicated", node="node-c"),
-        ),
+        TAINTED_C,
         pods(node_a=1, node_b=1),
         {"node-a": "ok", "node-b": "ok", "node-c": "ok"},
     ),
     FilterCase(
         "nodeTaintsPolicy Honor: a tolerated taint keeps the node a domain",
         incoming(hard(1, NODE, node_taints_policy="Honor"), tolerate="dedicated"),
-        (
-            node("node-a", node="node-a"),
-            node("node-b", node="node-b"),
-            node("node-c", taint="dedicated", node="node-c"),
-        ),
+        TAINTED_C,
         pods(node_a=1, node_b=1),
         {"node-a": "skew", "node-b": "skew", "node-c": "ok"},
     ),
@@ -712,6 +691,13 @@ ZONES_ABXY = (
     node("node-x", zone="zone2", **{HOSTNAME: "node-x"}),
     node("node-y", zone="zone2", **{HOSTNAME: "node-y"}),
 )
+# foo and bar pods over zones and hosts: the selectors of two constraints count differently.
+FOO_BAR_PODS = [
+    on("node-a", "a1", {"foo": ""}),
+    on("node-b", "b1", {"foo": "", "bar": ""}),
+    on("node-y", "y1", {"foo": ""}),
+    on("node-y", "y2", {"bar": ""}),
+]
 SCORE_CASES = [
     ScoreCase(
         "hostname, no existing pods: every node scores 100",
@@ -839,12 +825,7 @@ SCORE_CASES = [
         "zone and hostname with different selectors",
         incoming(soft(1, ZONE, FOO), soft(1, HOSTNAME, BAR), labels={"foo": "", "bar": ""}),
         ZONES_ABXY,
-        [
-            on("node-a", "a1", {"foo": ""}),
-            on("node-b", "b1", {"foo": "", "bar": ""}),
-            on("node-y", "y1", {"foo": ""}),
-            on("node-y", "y2", {"bar": ""}),
-        ],
+        FOO_BAR_PODS,
         ("node-a", "node-b", "node-x", "node-y"),
         {"node-a": 60, "node-b": 20, "node-x": 100, "node-y": 60},
     ),
@@ -864,12 +845,7 @@ SCORE_CASES = [
         "zone and hostname with different selectors, 3 of 4 feasible",
         incoming(soft(1, ZONE, FOO), soft(1, HOSTNAME, BAR), labels={"foo": "", "bar": ""}),
         ZONES_ABXY,
-        [
-            on("node-a", "a1", {"foo": ""}),
-            on("node-b", "b1", {"foo": "", "bar": ""}),
-            on("node-y", "y1", {"foo": ""}),
-            on("node-y", "y2", {"bar": ""}),
-        ],
+        FOO_BAR_PODS,
         ("node-a", "node-b", "node-x"),
         {"node-a": 50, "node-b": 25, "node-x": 100},
     ),
@@ -892,7 +868,7 @@ SCORE_CASES = [
     ScoreCase(
         "minDomains has no effect on scoring",
         incoming(soft(2, NODE, min_domains=10)),
-        nodes_by(NODE, "node-a", "node-b", "node-c"),
+        ABC,
         pods(node_a=2, node_b=2, node_c=1),
         ("node-a", "node-b", "node-c"),
         {"node-a": 75, "node-b": 75, "node-c": 100},
@@ -900,11 +876,7 @@ SCORE_CASES = [
     ScoreCase(
         "nodeAffinityPolicy Honor: pods on nodes outside the affinity do not count",
         incoming(soft(1, NODE), selector={"foo": ""}),
-        (
-            node("node-a", node="node-a", foo=""),
-            node("node-b", node="node-b", foo=""),
-            node("node-c", node="node-c"),
-        ),
+        FOO_ON_AB,
         pods(node_a=2, node_b=1, node_c=1),
         ("node-a", "node-b", "node-c"),
         {"node-a": 0, "node-b": 33, "node-c": 100},
@@ -912,11 +884,7 @@ SCORE_CASES = [
     ScoreCase(
         "nodeAffinityPolicy Ignore: every node's pods count",
         incoming(soft(1, NODE, node_affinity_policy="Ignore"), selector={"foo": ""}),
-        (
-            node("node-a", node="node-a", foo=""),
-            node("node-b", node="node-b", foo=""),
-            node("node-c", node="node-c"),
-        ),
+        FOO_ON_AB,
         pods(node_a=2, node_b=1, node_c=1),
         ("node-a", "node-b", "node-c"),
         {"node-a": 66, "node-b": 100, "node-c": 100},
@@ -924,11 +892,7 @@ SCORE_CASES = [
     ScoreCase(
         "nodeAffinityPolicy Honor with required node affinity",
         incoming(soft(1, NODE), require=(term(req("foo", "In", "")),)),
-        (
-            node("node-a", node="node-a", foo=""),
-            node("node-b", node="node-b", foo=""),
-            node("node-c", node="node-c"),
-        ),
+        FOO_ON_AB,
         pods(node_a=2, node_b=1, node_c=1),
         ("node-a", "node-b", "node-c"),
         {"node-a": 0, "node-b": 33, "node-c": 100},
@@ -936,11 +900,7 @@ SCORE_CASES = [
     ScoreCase(
         "nodeTaintsPolicy Honor: pods on untolerated tainted nodes do not count",
         incoming(soft(1, NODE, node_taints_policy="Honor")),
-        (
-            node("node-a", node="node-a"),
-            node("node-b", node="node-b"),
-            node("node-c", taint="dedicated", node="node-c"),
-        ),
+        TAINTED_C,
         pods(node_a=2, node_b=1, node_c=1),
         ("node-a", "node-b", "node-c"),
         {"node-a": 0, "node-b": 33, "node-c": 100},
@@ -948,11 +908,7 @@ SCORE_CASES = [
     ScoreCase(
         "nodeTaintsPolicy Ignore",
         incoming(soft(1, NODE)),
-        (
-            node("node-a", node="node-a"),
-            node("node-b", node="node-b"),
-            node("node-c", taint="dedicated", node="node-c"),
-        ),
+        TAINTED_C,
         pods(node_a=2, node_b=1, node_c=1),
         ("node-a", "node-b", "node-c"),
         {"node-a": 66, "node-b": 100, "node-c": 100},

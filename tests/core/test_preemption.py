@@ -35,6 +35,12 @@ def run_gang(h: Harness, key: str, n: int, gpus: int, priority: int, **kw: objec
     h.run()
 
 
+def high_gang(h: Harness, n: int = 1, **kw: object) -> None:
+    """The preemptor: ``ml/high``, ``n`` members of 8 GPUs at priority 100 (not run yet)."""
+    h.gang("ml/high", n)
+    h.add(*members("ml/high", n, gpus=8, priority=100, **kw))  # type: ignore[arg-type]
+
+
 def evict(h: Harness, d: Preempt) -> None:
     for v in d.victims:
         h.s.pod_delete(v.pod.uid)
@@ -44,8 +50,7 @@ def test_a_high_priority_gang_evicts_a_low_one_whole_and_binds_once_it_is_gone()
     h = full_cluster()
     run_gang(h, "ml/low", 2, 8, 0)
     assert node_load(h) == {"n0": 8, "n1": 8}
-    h.gang("ml/high", 2)
-    h.add(*members("ml/high", 2, gpus=8, priority=100))
+    high_gang(h, 2)
     out = h.run()
     [d] = preempts(out)
     assert sorted(v.pod.name for v in d.victims) == ["low-0", "low-1"]
@@ -66,8 +71,7 @@ def test_a_high_priority_gang_evicts_a_low_one_whole_and_binds_once_it_is_gone()
 def test_only_strictly_lower_priority_is_evicted() -> None:
     h = full_cluster()
     run_gang(h, "ml/peer", 2, 8, 100)
-    h.gang("ml/high", 2)
-    h.add(*members("ml/high", 2, gpus=8, priority=100))
+    high_gang(h, 2)
     out = h.run()
     assert not preempts(out)
     view = h.s.view("ml/high")
@@ -80,8 +84,7 @@ def test_a_gang_with_one_member_of_higher_priority_is_not_a_victim() -> None:
     h.add(pod("mixed-0", "ml/mixed", gpus=8, priority=0))
     h.add(pod("mixed-1", "ml/mixed", gpus=8, priority=200))
     h.run()
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     assert not preempts(h.run())
 
 
@@ -106,8 +109,7 @@ def test_preemption_policy_never_and_the_podgroup_opt_out() -> None:
 def test_preemption_can_be_turned_off() -> None:
     h = full_cluster(config=CoreConfig(preemption=False))
     run_gang(h, "ml/low", 2, 8, 0)
-    h.gang("ml/high", 2)
-    h.add(*members("ml/high", 2, gpus=8, priority=100))
+    high_gang(h, 2)
     assert not preempts(h.run())
 
 
@@ -117,8 +119,7 @@ def test_fewest_victims_of_the_lowest_priority_then_fewest_gpus() -> None:
     run_gang(h, "ml/small", 2, 4, 10)  # n1: two 4-GPU pods
     run_gang(h, "ml/low", 1, 8, 10)  # n2
     placed = {p.name: p.node_name for p in h.s.cache.pods.values()}
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     # priority 10 victims suffice; between the 8-GPU gang "low" and the two-pod gang "small"
     # (8 GPUs too), one gang either way: ties go to the youngest... both equal, so the
@@ -132,8 +133,7 @@ def test_fewest_gpus_taken() -> None:
     h = full_cluster(nodes=2)
     run_gang(h, "ml/big", 1, 8, 0)  # a whole node
     run_gang(h, "ml/half", 1, 4, 0)  # half of the other
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     assert [v.pod.name for v in d.victims] == ["half-0"], "4 GPUs taken, not 8"
 
@@ -145,8 +145,7 @@ def test_youngest_victims_first() -> None:
     h.gang("ml/young", 1, created=2.0)
     h.add(*members("ml/young", 1, gpus=8, priority=0, created=2.0))
     h.run()
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     assert [v.gang for v in d.victims] == ["ml/young"]
 
@@ -157,8 +156,7 @@ def test_a_nonstrict_gang_gives_only_members_above_min_member() -> None:
     h.add(*members("ml/elastic", 2, prefix="more", gpus=8, priority=0))
     h.run()
     assert sum(node_load(h).values()) == 32
-    h.gang("ml/high", 2)
-    h.add(*members("ml/high", 2, gpus=8, priority=100))
+    high_gang(h, 2)
     [d] = preempts(h.run())
     assert len(d.victims) == 2 and {v.gang for v in d.victims} == {"ml/elastic"}
     h.gang("ml/more", 3)
@@ -174,8 +172,7 @@ def test_a_disruption_budget_is_spared_where_it_can_be() -> None:
     h.s.pod_upsert(replace(guarded, labels={"app": "guarded"}))
     sel = LabelSelector(match_labels=(("app", "guarded"),))
     h.s.budget_upsert(DisruptionBudget("ml", "pdb", sel, 0))
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100, created=5000.0))
+    high_gang(h, created=5000.0)
     [d] = preempts(h.run())
     assert [v.gang for v in d.victims] == ["ml/open"]
 
@@ -187,8 +184,7 @@ def test_a_budget_does_not_block_when_nothing_else_would_do() -> None:
     h.s.pod_upsert(replace(guarded, labels={"app": "guarded"}))
     sel = LabelSelector(match_labels=(("app", "guarded"),))
     h.s.budget_upsert(DisruptionBudget("ml", "pdb", sel, 0))
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     assert [v.gang for v in d.victims] == ["ml/guarded"]
 
@@ -196,8 +192,7 @@ def test_a_budget_does_not_block_when_nothing_else_would_do() -> None:
 def test_lower_priority_work_cannot_take_the_held_capacity() -> None:
     h = full_cluster(nodes=1)
     run_gang(h, "ml/low", 1, 8, 0)
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     evict(h, d)
     # nothing happens between the victims going and the next cycle but a lower gang arriving
@@ -233,8 +228,7 @@ def test_a_restarted_scheduler_waits_for_terminating_victims_without_evicting_mo
     run_gang(h, "ml/other", 1, 8, 0)
     low = next(p for p in h.s.cache.pods.values() if p.name == "low-0")
     h.s.pod_upsert(replace(low, deleting=True))  # evicted before the restart
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     assert d.victims == () and d.nominations[0].node == low.node_name
     h.s.pod_delete(low.uid)
@@ -246,8 +240,7 @@ def test_a_restarted_scheduler_waits_for_terminating_victims_without_evicting_mo
 def test_the_hold_is_given_back_if_the_victims_do_not_go() -> None:
     h = full_cluster(nodes=1, config=CoreConfig(preemption_hold_seconds=30))
     run_gang(h, "ml/low", 1, 8, 0)
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     assert preempts(h.run())
     h.advance(31)
     out = h.run()
@@ -259,8 +252,7 @@ def test_the_hold_is_given_back_if_the_victims_do_not_go() -> None:
 def test_a_victim_that_finishes_counts_as_gone() -> None:
     h = full_cluster(nodes=1)
     run_gang(h, "ml/low", 1, 8, 0)
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     h.finish(d.victims[0].pod.uid, PodPhase.FAILED)
     out = h.run()
@@ -299,8 +291,7 @@ def test_a_budget_with_an_empty_selector_protects_nothing_as_in_kube_scheduler()
     for p in list(h.s.cache.pods.values()):
         h.s.pod_upsert(replace(p, labels={"app": "x"}))
     h.s.budget_upsert(DisruptionBudget("ml", "all", LabelSelector(), 0))
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     assert [v.gang for v in d.victims] == ["ml/young"], "the youngest, as without a budget"
 
@@ -314,8 +305,7 @@ def test_fewest_victim_gangs_before_fewest_gpus() -> None:
     h.add(*members("ml/b", 1, gpus=4, priority=0))
     h.run()
     assert sorted(node_load(h).values()) == [8, 8]
-    h.gang("ml/high", 1)
-    h.add(*members("ml/high", 1, gpus=8, priority=100))
+    high_gang(h)
     [d] = preempts(h.run())
     assert [v.gang for v in d.victims] == ["ml/whole"], "one gang rather than two"
 

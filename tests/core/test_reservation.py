@@ -27,15 +27,25 @@ def fill_with_small(h: Harness, n: int, start: int = 0) -> list[str]:
     return uids
 
 
+def big_gang(h: Harness, gpus: int = 8, **kw: object) -> None:
+    """The gang that waits: ``ml/big``, two members of ``gpus`` GPUs at priority 0, tried."""
+    h.gang("ml/big", 2, **kw)
+    h.add(*members("ml/big", 2, gpus=gpus, priority=0))
+    h.run()
+
+
+def wait(h: Harness, seconds: float = 61) -> None:
+    """Past reservationAfterSeconds (60), and the next run."""
+    h.advance(seconds)
+    h.run()
+
+
 def test_a_waiting_gang_gets_a_reservation_and_small_jobs_stop_taking_its_nodes() -> None:
     h = cluster()
     small = fill_with_small(h, 4)  # 4 of 16 GPUs busy
-    h.gang("ml/big", 2)
-    h.add(*members("ml/big", 2, gpus=8, priority=0))
-    h.run()
+    big_gang(h)
     assert h.s.reserve.current is None, "not before it has waited long enough"
-    h.advance(61)
-    h.run()
+    wait(h)
     r = h.s.reserve.current
     assert r is not None and r.gang == "ml/big" and set(r.nodes) == {"n0", "n1"}
     view = h.s.view("ml/big")
@@ -62,11 +72,8 @@ def test_backfill_uses_only_what_the_reservation_does_not_need() -> None:
     )
     fill_with_small(h, 16)  # two nodes full, one empty
     empty = next(n for n, i in h.s.cache.nodes.items() if not i.requested.get("nvidia.com/gpu"))
-    h.gang("ml/big", 2)
-    h.add(*members("ml/big", 2, gpus=6, priority=0))  # one fits the empty node, not both
-    h.run()
-    h.advance(61)
-    h.run()
+    big_gang(h, gpus=6)  # one fits the empty node, not both
+    wait(h)
     r = h.s.reserve.current
     assert r is not None and r.gang == "ml/big" and empty in r.nodes and len(r.nodes) == 2
     # 2 GPUs of the empty node are not needed by the reservation: small jobs backfill them,
@@ -79,11 +86,8 @@ def test_backfill_uses_only_what_the_reservation_does_not_need() -> None:
 def test_higher_priority_work_is_not_held_back() -> None:
     h = cluster()
     fill_with_small(h, 4)
-    h.gang("ml/big", 2)
-    h.add(*members("ml/big", 2, gpus=8, priority=0))
-    h.run()
-    h.advance(61)
-    h.run()
+    big_gang(h)
+    wait(h)
     assert h.s.reserve.current is not None
     h.add(pod("urgent", gpus=1, priority=10))
     assert [b.bindings[0].pod.name for b in binds(h.run())] == ["urgent"]
@@ -94,11 +98,8 @@ def test_a_short_job_that_ends_before_the_reservation_is_complete_backfills() ->
     h.gang("ml/long", 1, expected_runtime_seconds=600.0)
     h.add(*members("ml/long", 1, gpus=4, priority=0))
     h.run()
-    h.gang("ml/big", 2)
-    h.add(*members("ml/big", 2, gpus=8, priority=0))
-    h.run()
-    h.advance(61)
-    h.run()
+    big_gang(h)
+    wait(h)
     r = h.s.reserve.current
     assert r is not None and r.ready_at is not None
     h.gang("ml/short", 1, expected_runtime_seconds=60.0)
@@ -112,11 +113,8 @@ def test_a_short_job_that_ends_before_the_reservation_is_complete_backfills() ->
 def test_reservations_can_be_turned_off() -> None:
     h = cluster(after=None)
     fill_with_small(h, 4)
-    h.gang("ml/big", 2)
-    h.add(*members("ml/big", 2, gpus=8, priority=0))
-    h.run()
-    h.advance(3600)
-    h.run()
+    big_gang(h)
+    wait(h, 3600)
     assert h.s.reserve.current is None
     h.add(pod("late", gpus=1, priority=0))
     assert binds(h.run())
@@ -125,11 +123,8 @@ def test_reservations_can_be_turned_off() -> None:
 def test_the_reservation_goes_with_its_gang() -> None:
     h = cluster()
     fill_with_small(h, 4)
-    h.gang("ml/big", 2)
-    h.add(*members("ml/big", 2, gpus=8, priority=0))
-    h.run()
-    h.advance(61)
-    h.run()
+    big_gang(h)
+    wait(h)
     assert h.s.reserve.current is not None
     h.s.gang_delete("ml/big")
     assert h.s.reserve.current is None
@@ -138,9 +133,7 @@ def test_the_reservation_goes_with_its_gang() -> None:
 def test_zero_gives_the_reservation_to_the_queue_head_at_its_first_failure() -> None:
     h = cluster(after=0.0)
     fill_with_small(h, 4)
-    h.gang("ml/big", 2)
-    h.add(*members("ml/big", 2, gpus=8, priority=0))
-    h.run()
+    big_gang(h)
     r = h.s.reserve.current
     assert r is not None and r.gang == "ml/big"
 
@@ -162,11 +155,8 @@ def test_a_reservation_for_a_required_rack_is_made_inside_one_rack() -> None:
             for j in range(count):
                 small = pod(f"s-{n}-{j}", gpus=1, node_name=n, phase=PodPhase.RUNNING)
                 h.add(small)
-        h.gang("ml/big", 2, domain=DomainConstraint(required=required))
-        h.add(*members("ml/big", 2, gpus=8, priority=0))
-        h.run()
-        h.advance(61)
-        h.run()
+        big_gang(h, domain=DomainConstraint(required=required))
+        wait(h)
         r = h.s.reserve.current
         assert r is not None and r.gang == "ml/big"
         chosen[required] = set(r.nodes)

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
-from gangsched.devcluster.jobset import JobSet
+from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster.jobset import JobSet
 
 from .kube import wait_for
 

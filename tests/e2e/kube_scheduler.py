@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 __all__ = ["BINARY", "KubeScheduler"]
 

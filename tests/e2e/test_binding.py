@@ -8,9 +8,9 @@ import json
 import pytest
 
 from gangsched.core.decisions import BindGang, Binding, PodRef
-from gangsched.devcluster import ControlPlane
 from gangsched.kube.binder import Binder
 from gangsched.kube.client import KubeClient, load_configuration
+from gangsched_dev.devcluster import ControlPlane
 
 from .kube import create, pod, pods
 

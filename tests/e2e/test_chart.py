@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gangsched.devcluster import ControlPlane
 from gangsched.settings import load_settings
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import REPO, SchedulerProcess
 from .kube import bound, create, http_status, pod, podgroup, wait_for

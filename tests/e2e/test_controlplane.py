@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gangsched.devcluster import ControlPlane, KubectlError
+from gangsched_dev.devcluster import ControlPlane, KubectlError
 
 pytestmark = pytest.mark.e2e
 

@@ -28,8 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from gangsched.devcluster import ControlPlane
-from gangsched.settings import Settings, load_settings
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import REPO, SchedulerProcess
 from .kube import (
@@ -119,16 +118,6 @@ def test_manifest_crd_is_a_copy_of_the_crd() -> None:
         "manifests/podgroups.gangsched.io.yaml drifted from crds/: "
         "cp crds/podgroups.gangsched.io.yaml manifests/"
     )
-
-
-def test_config_file_lists_every_setting_at_its_default() -> None:
-    path = MANIFESTS / "config.yaml"
-    raw = yaml.safe_load(path.read_text())
-    aliases = {info.alias or name for name, info in Settings.model_fields.items()}
-    assert set(raw) == aliases, (
-        f"missing: {sorted(aliases - set(raw))}, unknown: {sorted(set(raw) - aliases)}"
-    )
-    assert load_settings(str(path), {}, env={}) == Settings()
 
 
 def test_rendered_kustomization(control_plane: ControlPlane) -> None:

@@ -40,8 +40,8 @@ from typing import Any
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
-from gangsched.devcluster.controlplane import find_binaries
+from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster.controlplane import find_binaries
 from tests.support.checker import Cluster, check_pod
 from tests.support.specs import (
     NAMESPACES,

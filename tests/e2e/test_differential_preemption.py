@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
-from gangsched.devcluster.controlplane import find_binaries
+from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster.controlplane import find_binaries
 
 from .conftest import REPO, SchedulerProcess
 from .kube import condition, pod, wait_for

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gangsched.api.gpushare import DEVICE_ALLOCATED, device_allocated
-from gangsched.devcluster import ControlPlane
-from gangsched.devcluster.controlplane import fake_node
+from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster.controlplane import fake_node
 
 from .conftest import SchedulerProcess
 from .kube import bound, condition, create, event_reasons, pod, pods, refused, wait_for

@@ -4,7 +4,7 @@ places them: a gangsched PodGroup over a JobSet's replicated Jobs, placed whole,
 Job per rack.
 
 The JobSet manager runs as a process beside the dev control plane with its webhooks on loopback
-(the ``jobset`` fixture, gangsched.devcluster.jobset); kwok runs the bound pods and finishes the
+(the ``jobset`` fixture, gangsched_dev.devcluster.jobset); kwok runs the bound pods and finishes the
 ones a Job owns, so the Jobs and the JobSet complete.
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
-from gangsched.devcluster.jobset import API_VERSION, JOB_KEY_LABEL, JOBSET_NAME_LABEL, JobSet
+from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster.jobset import API_VERSION, JOB_KEY_LABEL, JOBSET_NAME_LABEL, JobSet
 
 from .conftest import SchedulerProcess
 from .kube import bound, condition, create, get_pg, pod, podgroup, pods, refused, wait_for

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import REPO, SchedulerProcess
 from .kube import bound, pod, podgroup, wait_for

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
 from .kube import bound, condition, create, events, get_pg, pod, podgroup, pods, wait_for

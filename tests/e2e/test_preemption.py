@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
 from .kube import GPU, bound, condition, events, pod, podgroup, pods, refused, wait_for

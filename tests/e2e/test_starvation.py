@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
 from .kube import GPU, condition, pod, podgroup, wait_for

@@ -17,10 +17,10 @@ from typing import Any
 
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import SCHEDULED_PHASES
-from gangsched.devcluster import ControlPlane
 from gangsched.kube.client import ApiError, KubeClient, load_configuration
 from gangsched.kube.outbox import Outbox
 from gangsched.kube.reporter import Reporter
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
 from .kube import (

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gangsched.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
 from .kube import bound, condition, create, pod, podgroup, pods, wait_for

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gangsched.devcluster import ControlPlane, featuregates
+from gangsched_dev.devcluster import ControlPlane, featuregates
 
 from .conftest import SchedulerProcess
 from .kube import bound, create, pod, pods, upstream_podgroup, wait_for

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from gangsched.core.decisions import PodRef
-from gangsched.devcluster import ControlPlane
 from gangsched.kube.client import KubeClient, load_configuration
 from gangsched.kube.events import EventRecorder
 from gangsched.kube.outbox import Outbox
+from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
 from .kube import bound, create, events, pod, podgroup, wait_for

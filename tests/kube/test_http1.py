@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gangsched.devcluster.controlplane import _generate_pki
 from gangsched.kube.http1 import ConnectionFailedError, Http1Pool
+from gangsched_dev.devcluster.controlplane import _generate_pki
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
 

@@ -3,7 +3,7 @@ it waits for before it schedules, what it sends (bindings, events, pod condition
 status) and what it refuses to send (anything after it lost the lease), in milliseconds.
 
 Handler-level behaviour (status convergence by relist and resync, per-gang state going away,
-slices) is in tests/core/test_status_writes.py and tests/core/test_relist_slices.py; here the
+slices) is in tests/kube/test_status_writes.py and tests/kube/test_relist_slices.py; here the
 service runs whole: its reflectors list and watch the fake, its loop schedules, its binder and
 reporter write through the fake."""
 

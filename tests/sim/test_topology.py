@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gangsched.bench import bench, parse_topology
 from gangsched.cli import main
 from gangsched.core.model import DomainConstraint, Node
 from gangsched.sim.jobs import build_jobs, build_nodes
 from gangsched.sim.run import core_config_from, settings_of, simulate
 from gangsched.sim.topology import HOSTNAME, Racks, synthesise
 from gangsched.sim.workload import WorkloadError, load_workload
+from gangsched_dev.bench import bench, parse_topology
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "topology.yaml"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build (once) and cache the JobSet manager (sigs.k8s.io/jobset, the module's main package) from
 # Go modules, with the manifests of the same module version that running it beside the dev
-# control plane needs (package data of gangsched.devcluster; hack/jobset.sh in a checkout runs
-# it; gangsched/devcluster/jobset.py starts what it builds):
+# control plane needs (package data of gangsched_dev.devcluster; hack/jobset.sh in a checkout runs
+# it; gangsched_dev/devcluster/jobset.py starts what it builds):
 #   jobset-manager                         the controller manager binary (`go build` of the
 #                                          module's main package with its own go.mod pins)
 #   crds/jobset.x-k8s.io_jobsets.yaml      config/components/crd/bases of the module

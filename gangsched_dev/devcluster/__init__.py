@@ -4,7 +4,7 @@ Binaries come from ``control-plane.sh``, package data beside this file (built fr
 and cached by version; ``hack/control-plane.sh`` runs it in a checkout).
 """
 
-from gangsched.devcluster.controlplane import (
+from gangsched_dev.devcluster.controlplane import (
     ControlPlane,
     ControlPlaneError,
     KubectlError,

@@ -41,7 +41,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from gangsched.devcluster import controllermanager, featuregates
+from gangsched_dev.devcluster import controllermanager, featuregates
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,7 @@ def _up(args: argparse.Namespace) -> int:
     cmd = [
         sys.executable,
         "-m",
-        "gangsched.devcluster.cli",
+        "gangsched_dev.devcluster.cli",
         "supervise",
         "--state-dir",
         str(state),
@@ -131,7 +131,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _supervise(args: argparse.Namespace) -> int:
-    from gangsched.devcluster.controlplane import ControlPlane
+    from gangsched_dev.devcluster.controlplane import ControlPlane
 
     state = Path(args.state_dir)
     stopping = False

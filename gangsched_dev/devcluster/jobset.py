@@ -4,7 +4,7 @@ process, and its admission webhooks served on loopback.
 ``jobset.sh`` (package data beside this file; ``hack/jobset.sh`` in a checkout) builds the
 manager from Go modules once, caches it by version, and puts the CRD and webhook manifests of
 the same module version beside it. :class:`JobSet` then, against a started
-:class:`~gangsched.devcluster.ControlPlane`:
+:class:`~gangsched_dev.devcluster.ControlPlane`:
 
 - applies the JobSet CRD and waits until it is established;
 - writes a self-signed serving certificate for ``127.0.0.1`` (openssl) and a JobSet
@@ -52,7 +52,7 @@ from typing import Any, Final, Self
 
 import yaml
 
-from gangsched.devcluster.controlplane import ControlPlane, ControlPlaneError, free_ports
+from gangsched_dev.devcluster.controlplane import ControlPlane, ControlPlaneError, free_ports
 
 log = logging.getLogger(__name__)
 

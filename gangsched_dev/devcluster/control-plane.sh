@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and cache the binaries of a test Kubernetes control plane from Go modules (the
-# package data of gangsched.devcluster, so an installed wheel has it; hack/control-plane.sh in a
-# checkout runs it):
+# package data of gangsched_dev.devcluster, so an installed wheel has it; hack/control-plane.sh
+# in a checkout runs it):
 #   kube-apiserver + kubectl + kube-scheduler + kube-controller-manager (k8s.io/kubernetes, one go
 #   build: they share their modules and most packages; kube-scheduler is the reference the
 #   differential tests compare gangsched against, kube-controller-manager runs the Job, StatefulSet
@@ -17,7 +17,7 @@
 #   (1.37: its newest release); the same as GANGSCHED_K8S_VERSION / GANGSCHED_K8S_SERIES, which
 #   it overrides. Default: the newest 1.36 release. Each version is cached on its own, so tests
 #   pick one with GANGSCHED_CP_BIN=$(control-plane.sh 1.37). The dev control plane turns on what
-#   the version needs for the upstream gang API (gangsched/devcluster/featuregates.py).
+#   the version needs for the upstream gang API (gangsched_dev/devcluster/featuregates.py).
 #
 # Environment:
 #   GANGSCHED_CP_CACHE       cache root (default ~/.cache/gangsched/control-plane)
