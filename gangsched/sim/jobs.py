@@ -7,23 +7,29 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from gangsched.api.podgroup import podgroup_from
 from gangsched.core.gpu import GPU, MILLI
 from gangsched.core.model import (
-    DomainConstraint,
-    GangMode,
     GangSpec,
     Node,
     Placement,
     Pod,
-    RoleSpec,
     Taint,
-    TopologySpec,
 )
 from gangsched.core.resources import CPU, MEMORY, PODS
 from gangsched.sim.topology import synthesise
 from gangsched.sim.traces import TraceError, TraceTask, read_trace_nodes, read_trace_tasks
-from gangsched.sim.workload import NodeDef, TraceNodes, TracePods, Workload, resolve_trace
+from gangsched.sim.workload import (
+    GangDef,
+    NodeDef,
+    TraceNodes,
+    TracePods,
+    Workload,
+    WorkloadError,
+    resolve_trace,
+)
 
 __all__ = ["SimJob", "build_jobs", "build_nodes", "capacity_milli"]
 
@@ -102,6 +108,44 @@ def _expand_node(nd: NodeDef) -> list[Node]:
     return [Node(n, dict(alloc), labels=dict(nd.labels), taints=taints) for n in names]
 
 
+def podgroup_spec(g: GangDef) -> dict[str, Any]:
+    """The gang's PodGroup spec: as embedded (``spec:``), or as its shorthand fields say."""
+    if g.spec is not None:
+        return dict(g.spec)
+    spec: dict[str, Any] = {
+        "minMember": g.min_member if g.min_member is not None else g.total,
+        "mode": g.mode,
+    }
+    if g.timeout_seconds is not None:  # whole seconds, as the PodGroup writes them
+        t = g.timeout_seconds
+        spec["scheduleTimeoutSeconds"] = int(t) if float(t).is_integer() else t
+    if g.expected_runtime_seconds is not None:
+        spec["expectedRuntimeSeconds"] = g.expected_runtime_seconds
+    if g.roles:
+        spec["roles"] = [{"name": r, "minMember": m} for r, m in sorted(g.roles.items())]
+    if g.topology:
+        spec["topology"] = g.topology
+    if g.gang_group:
+        spec["gangGroup"] = list(g.gang_group)
+    if g.topology_placement is not None:
+        spec["topologyPlacement"] = g.topology_placement.model_dump(
+            by_alias=True, exclude_none=True
+        )
+    if g.on_member_loss != "None":
+        spec["onMemberLoss"] = g.on_member_loss
+    return spec
+
+
+def gang_spec(g: GangDef, where: str) -> GangSpec:
+    """The gang's GangSpec, read from its PodGroup spec by the scheduler's own reader
+    (``gangsched.api.podgroup``); a spec the scheduler would refuse is a workload error."""
+    obj = {"metadata": {"name": g.name, "namespace": g.namespace}, "spec": podgroup_spec(g)}
+    spec = podgroup_from(obj)
+    if spec.invalid_reason:
+        raise WorkloadError(f"{where} ({spec.key}): invalid PodGroup: {spec.invalid_reason}")
+    return replace(spec, created=g.arrival)
+
+
 def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
     """The workload's jobs, by arrival. ``capacity`` is the cluster's GPU capacity in
     milli-GPUs, which ``saturate`` and ``sample`` replays fill up to their ``load``."""
@@ -113,30 +157,9 @@ def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
         seq += 1
         return f"uid-{seq:07d}"
 
-    for g in w.gangs:
+    for i, g in enumerate(w.gangs):
         key = f"{g.namespace}/{g.name}"
-        spec = GangSpec(
-            key=key,
-            min_member=g.min_member if g.min_member is not None else g.total,
-            timeout_seconds=g.timeout_seconds,
-            created=g.arrival,
-            mode=GangMode(g.mode),
-            roles=tuple(RoleSpec(r, m) for r, m in sorted(g.roles.items())),
-            expected_runtime_seconds=g.expected_runtime_seconds,
-            gang_group=tuple(
-                sorted({key, *(x if "/" in x else f"{g.namespace}/{x}" for x in g.gang_group)})
-            )
-            if g.gang_group
-            else (),
-            topology=TopologySpec(
-                affinity=tuple(tuple(x) for x in g.topology.get("affinity", [])),
-                anti_affinity=tuple(tuple(x) for x in g.topology.get("antiAffinity", [])),
-            ),
-            domain=g.topology_placement.constraint()
-            if g.topology_placement
-            else DomainConstraint(),
-            on_member_loss=g.on_member_loss,
-        )
+        spec = gang_spec(g, f"gangs.{i}")
         pods: list[Pod] = []
         for t in g.pods:
             placement = Placement(node_selector=tuple(sorted(t.node_selector.items())))

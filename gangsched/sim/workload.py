@@ -196,7 +196,25 @@ class MemberFailureDef(_Strict):
     members: int = Field(1, ge=1)
 
 
+# The fields of a gang that say what its PodGroup's spec says (the shorthand): a gang that
+# embeds the PodGroup's ``spec:`` itself sets none of them.
+PODGROUP_SHORTHAND = (
+    "min_member",
+    "timeout_seconds",
+    "expected_runtime_seconds",
+    "mode",
+    "roles",
+    "topology",
+    "gang_group",
+    "topology_placement",
+    "on_member_loss",
+)
+
+
 class GangDef(_Strict):
+    """A gang: its PodGroup (``spec:``, exactly as a gangsched.io/v1alpha1 PodGroup's spec is
+    written, or the shorthand fields below), its pods and its timing."""
+
     name: str
     namespace: str = "default"
     arrival: float = Field(0.0, ge=0)
@@ -217,7 +235,21 @@ class GangDef(_Strict):
     # The PodGroup's spec.onMemberLoss: what follows when members of the running gang are lost.
     on_member_loss: Literal["None", "RestartGang"] = Field("None", alias="onMemberLoss")
     member_failures: list[MemberFailureDef] = Field(default_factory=list, alias="memberFailures")
+    # The PodGroup's spec as written (gangsched.io/v1alpha1), read by the scheduler's own reader.
+    spec: dict[str, Any] | None = None
     pods: list[PodTemplate]
+
+    @model_validator(mode="after")
+    def _spec_or_shorthand(self) -> GangDef:
+        if self.spec is not None:
+            both = sorted(
+                GangDef.model_fields[f].alias or f
+                for f in PODGROUP_SHORTHAND
+                if f in self.model_fields_set
+            )
+            if both:
+                raise ValueError(f"with spec, set {', '.join(both)} in the spec instead")
+        return self
 
     @model_validator(mode="after")
     def _min(self) -> GangDef:
