@@ -53,12 +53,12 @@ import structlog  # noqa: E402
 from gangsched.core.config import CoreConfig  # noqa: E402
 from gangsched.core.decisions import BindGang  # noqa: E402
 from gangsched.core.scheduler import Scheduler  # noqa: E402
-from gangsched.kube.binder import BindResult  # noqa: E402
-from gangsched.kube.client import ApiError  # noqa: E402
-from gangsched.kube.leader import LeaderElector  # noqa: E402
-from gangsched.kube.outbox import Outbox  # noqa: E402
-from gangsched.kube.reporter import Reporter  # noqa: E402
+from gangsched.kube.io.client import ApiError  # noqa: E402
+from gangsched.kube.io.leader import LeaderElector  # noqa: E402
+from gangsched.kube.io.outbox import Outbox  # noqa: E402
 from gangsched.kube.service import SchedulerService  # noqa: E402
+from gangsched.kube.write.binder import BindResult  # noqa: E402
+from gangsched.kube.write.reporter import Reporter  # noqa: E402
 from gangsched.wallclock import WallClock  # noqa: E402
 
 JSON = dict[str, Any]

@@ -42,7 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gangsched.kube.client import ApiError, KubeClient, load_configuration  # noqa: E402
+from gangsched.kube.io.client import ApiError, KubeClient, load_configuration  # noqa: E402
 from gangsched_dev.devcluster import ControlPlane  # noqa: E402
 from gangsched_dev.devcluster.controlplane import fake_node  # noqa: E402
 

@@ -13,17 +13,17 @@ import structlog
 
 from gangsched.api.gpushare import GpuLabels
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube.binder import Binder
-from gangsched.kube.client import KubeClient, load_configuration, user_agent
-from gangsched.kube.gpushare import DeviceRecorder
-from gangsched.kube.health import HealthServer
-from gangsched.kube.leader import LeaderElector
-from gangsched.kube.metrics import Metrics
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.preemptor import Preemptor
-from gangsched.kube.reporter import Reporter
+from gangsched.kube.io.client import KubeClient, load_configuration, user_agent
+from gangsched.kube.io.health import HealthServer
+from gangsched.kube.io.leader import LeaderElector
+from gangsched.kube.io.metrics import Metrics
+from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.statuscontroller import StatusController
+from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.gpushare import DeviceRecorder
+from gangsched.kube.write.preemptor import Preemptor
+from gangsched.kube.write.reporter import Reporter
 from gangsched.settings import Settings
 from gangsched.wallclock import WallClock
 

@@ -79,7 +79,7 @@ def fatal_stops() -> tuple[type[Exception], ...]:
 def kube_config_errors() -> tuple[type[Exception], ...]:
     from kubernetes_asyncio.config import ConfigException
 
-    from gangsched.kube.kubeconfig import KubeconfigError
+    from gangsched.kube.io.kubeconfig import KubeconfigError
 
     return (KubeconfigError, ConfigException)
 

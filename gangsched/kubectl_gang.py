@@ -252,7 +252,7 @@ def render(rows: Sequence[GangRow], wide: bool, all_namespaces: bool) -> str:
 async def _fetch(
     kubeconfig: str | None, context: str | None, ns: str | None
 ) -> tuple[list[Any], list[Any]]:
-    from gangsched.kube.client import ApiError, KubeClient, load_configuration
+    from gangsched.kube.io.client import ApiError, KubeClient, load_configuration
 
     client = KubeClient(await load_configuration(kubeconfig, context))
     try:

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from gangsched.kube.metrics import KUBE_SCHEDULER_NAMES, OWN_PREFIX, Metrics
+from gangsched.kube.io.metrics import KUBE_SCHEDULER_NAMES, OWN_PREFIX, Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json"
 

@@ -8,7 +8,7 @@ Three things live here, the only code that knows the convention's wire format:
   Koordinator's scheduler writes and its node agent (koordlet, with HAMi-core) enforces;
 - the annotation to write when a pod that asked for a share is bound: kube-apiserver copies a
   Binding's annotations onto the pod in the same write, so the pod is never seen bound without
-  its devices (``kube/gpushare.py`` adds it to the binding).
+  its devices (``kube/write/gpushare.py`` adds it to the binding).
 """
 
 from __future__ import annotations

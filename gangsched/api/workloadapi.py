@@ -15,7 +15,7 @@ reads PodGroups only. A pod joins one through the immutable ``spec.schedulingGro
   one by one (each binds when it fits, whatever the others do);
 - :class:`UpstreamVersion` names the condition kube-scheduler writes on the PodGroup in each
   version (``PodGroupScheduled`` in v1alpha2, ``PodGroupInitiallyScheduled`` in v1beta1), which
-  ``kube/upstreamstatus.py`` writes with gangsched's why-waiting message.
+  ``kube/write/upstreamstatus.py`` writes with gangsched's why-waiting message.
 
 Which version the server serves is found by listing each one gangsched knows (a version that is
 not served answers 404 and is looked for again every minute): :data:`VERSIONS`, newest first.

@@ -2,7 +2,7 @@
 across crashes, restarts and changes of leader.
 
 A preemption (core/preemption.py) evicts its victims in two phases (the adapter,
-kube/preemptor.py): it first marks every victim (a ``DisruptionTarget`` condition, status
+kube/write/preemptor.py): it first marks every victim (a ``DisruptionTarget`` condition, status
 ``True``, reason ``PreemptionByScheduler``, whose message begins with the scheduler's name and a
 colon, as kube-scheduler's does), and deletes none before every mark is written. The mark is the
 durable record of the decision: it lives on the pod, so whichever process leads next reads it.

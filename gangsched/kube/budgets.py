@@ -17,10 +17,10 @@ from gangsched.api.fields import SpecError
 from gangsched.api.selector import label_selector
 from gangsched.core.model import DisruptionBudget, LabelSelector
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON
-from gangsched.kube.reflector import Reflector
-from gangsched.kube.slicing import SLICE_SECONDS, in_slices
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON
+from gangsched.kube.io.reflector import Reflector
+from gangsched.kube.io.slicing import SLICE_SECONDS, in_slices
 
 __all__ = ["PDB_PATH", "budget_from", "budget_reflector"]
 

@@ -25,12 +25,12 @@ from gangsched.core.decisions import (
     Preempt,
 )
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube.binder import Binder, BindResult
-from gangsched.kube.client import FencedError
-from gangsched.kube.metrics import Metrics
-from gangsched.kube.preemptor import Outcome, Preemptor, VictimResult
-from gangsched.kube.reporter import Reporter
-from gangsched.kube.restarter import LOST_REASON, Deleted, GangRestarter
+from gangsched.kube.io.client import FencedError
+from gangsched.kube.io.metrics import Metrics
+from gangsched.kube.write.binder import Binder, BindResult
+from gangsched.kube.write.preemptor import Outcome, Preemptor, VictimResult
+from gangsched.kube.write.reporter import Reporter
+from gangsched.kube.write.restarter import LOST_REASON, Deleted, GangRestarter
 
 __all__ = ["RESEND_SCHEDULED_SECONDS", "Effects", "Stats"]
 

@@ -37,22 +37,22 @@ from gangsched.core.decisions import (
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube.api import KubeApi
-from gangsched.kube.binder import Binder
 from gangsched.kube.budgets import budget_reflector
-from gangsched.kube.client import JSON, FenceCheck
 from gangsched.kube.effects import Effects
-from gangsched.kube.events import rfc3339
 from gangsched.kube.gangspecs import GangSpecs
-from gangsched.kube.metrics import Metrics
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON, FenceCheck
+from gangsched.kube.io.metrics import Metrics
+from gangsched.kube.io.reflector import Reflector
+from gangsched.kube.io.slicing import SLICE_SECONDS, in_slices
+from gangsched.kube.io.times import rfc3339
 from gangsched.kube.podreader import PodReader
-from gangsched.kube.preemptor import Preemptor
-from gangsched.kube.reflector import Reflector
-from gangsched.kube.reporter import Reporter
-from gangsched.kube.restarter import GangRestarter
-from gangsched.kube.slicing import SLICE_SECONDS, in_slices
 from gangsched.kube.storage import storage_reflectors
-from gangsched.kube.upstreamstatus import UpstreamStatus
+from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.preemptor import Preemptor
+from gangsched.kube.write.reporter import Reporter
+from gangsched.kube.write.restarter import GangRestarter
+from gangsched.kube.write.upstreamstatus import UpstreamStatus
 
 __all__ = ["SchedulerService", "ServiceStats"]
 

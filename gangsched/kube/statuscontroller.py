@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 
 from gangsched.api import labels as lbl
 from gangsched.api.podgroup import podgroup_from
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON, ApiError
-from gangsched.kube.events import rfc3339
-from gangsched.kube.kubeconfig import ClusterConfig, from_kubernetes_asyncio
-from gangsched.kube.podstatus import (
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON, ApiError
+from gangsched.kube.io.kubeconfig import ClusterConfig, from_kubernetes_asyncio
+from gangsched.kube.io.times import rfc3339
+from gangsched.kube.write.podstatus import (
     CONTROLLER_MANAGER,
     apply_body,
     find_condition,

@@ -26,10 +26,10 @@ from gangsched.core.volumes import (
     StorageClass,
     TopologyTerm,
 )
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON
-from gangsched.kube.reflector import Handler, Reflector
-from gangsched.kube.slicing import SLICE_SECONDS, in_slices
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON
+from gangsched.kube.io.reflector import Handler, Reflector
+from gangsched.kube.io.slicing import SLICE_SECONDS, in_slices
 
 __all__ = [
     "claim_from",

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from gangsched.core.decisions import BindGang, Binding, PodRef
-from gangsched.kube.binder import Binder
-from gangsched.kube.client import KubeClient, load_configuration
+from gangsched.kube.io.client import KubeClient, load_configuration
+from gangsched.kube.write.binder import Binder
 from gangsched_dev.devcluster import ControlPlane
 
 from .kube import create, pod, pods

@@ -4,7 +4,7 @@ between deletes), then restarted. Whatever the moment, once the restart settles 
 runs below its minMember, the preemptor binds whole, and no node is over-committed.
 
 The moments are reached through the scheduler's failpoints (``GANGSCHED_FAILPOINTS``,
-kube/failpoints.py): the process kills itself right after the Nth mark or delete is accepted,
+kube/write/failpoints.py): the process kills itself right after the Nth mark or delete is accepted,
 so each trial is exact rather than a race between a test's watch and the scheduler.
 """
 

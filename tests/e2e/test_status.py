@@ -17,9 +17,9 @@ from typing import Any
 
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import SCHEDULED_PHASES
-from gangsched.kube.client import ApiError, KubeClient, load_configuration
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.reporter import Reporter
+from gangsched.kube.io.client import ApiError, KubeClient, load_configuration
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.write.reporter import Reporter
 from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess

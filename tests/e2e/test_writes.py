@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gangsched.core.decisions import PodRef
-from gangsched.kube.client import KubeClient, load_configuration
-from gangsched.kube.events import EventRecorder
-from gangsched.kube.outbox import Outbox
+from gangsched.kube.io.client import KubeClient, load_configuration
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.write.events import EventRecorder
 from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess

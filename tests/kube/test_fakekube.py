@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import ApiError
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import ApiError
 from tests.support.fakekube import FakeKube
 
 PODS = "/api/v1/namespaces/ml/pods"

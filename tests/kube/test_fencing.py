@@ -1,6 +1,6 @@
-"""Fencing a deposed leader: the elector's sureness by a monotonic clock (gangsched.kube.leader),
-the client that sends nothing once a write's fence says no (gangsched.kube.client), and the
-binder that stops a gang without reporting it failed (gangsched.kube.binder).
+"""Fencing a deposed leader: the elector's sureness by a monotonic clock (gangsched.kube.io.leader),
+the client that sends nothing once a write's fence says no (gangsched.kube.io.client), and the
+binder that stops a gang without reporting it failed (gangsched.kube.write.binder).
 
 The elector and the binder run against fake API clients with an injected clock; the client runs
 against a real HTTP server, since what matters there is which bytes leave the process.
@@ -19,9 +19,9 @@ from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
 from gangsched.core.decisions import BindGang, Binding, ClaimBinding, PodRef
-from gangsched.kube.binder import Binder
-from gangsched.kube.client import ApiError, FencedError, KubeClient, user_agent
-from gangsched.kube.leader import Fence, LeaderElector
+from gangsched.kube.io.client import ApiError, FencedError, KubeClient, user_agent
+from gangsched.kube.io.leader import Fence, LeaderElector
+from gangsched.kube.write.binder import Binder
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lease"
 

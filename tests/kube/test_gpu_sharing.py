@@ -23,13 +23,13 @@ from gangsched.core.decisions import BindGang, Binding, PodRef
 from gangsched.core.gpu import GpuDemand
 from gangsched.core.model import Node, Pod
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube.binder import Binder
-from gangsched.kube.gpushare import DeviceRecorder
-from gangsched.kube.metrics import Metrics
-from gangsched.kube.outbox import Outbox
+from gangsched.kube.io.metrics import Metrics
+from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.podreader import PodReader
-from gangsched.kube.reporter import Reporter
 from gangsched.kube.service import SchedulerService
+from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.gpushare import DeviceRecorder
+from gangsched.kube.write.reporter import Reporter
 from gangsched.settings import load_settings
 from tests.api.test_gpushare import KOORDINATOR_SAMPLE, MIB, RATIO, SHARE, gpu_node, gpu_pod
 from tests.support.fakekube import FakeKube

@@ -18,9 +18,9 @@ from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import PodRef
 from gangsched.core.scheduler import Scheduler
 from gangsched.core.status import GroupStatus
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.reporter import Reporter
+from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.service import SchedulerService
+from gangsched.kube.write.reporter import Reporter
 
 
 class RecordingReporter:

@@ -15,10 +15,10 @@ from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang
 from gangsched.core.scheduler import Scheduler
-from gangsched.kube.binder import BindResult
-from gangsched.kube.reporter import Reporter
+from gangsched.kube.io.slicing import in_slices
 from gangsched.kube.service import SchedulerService
-from gangsched.kube.slicing import in_slices
+from gangsched.kube.write.binder import BindResult
+from gangsched.kube.write.reporter import Reporter
 
 GANG = 8
 

@@ -20,10 +20,10 @@ from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import service as service_module
-from gangsched.kube.binder import Binder
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.reporter import Reporter
+from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.service import SchedulerService
+from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.reporter import Reporter
 from tests.support.fakekube import APPLY, FakeKube, Request
 
 NODES = "/api/v1/nodes"

@@ -25,22 +25,22 @@ from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, GangTimedOut, PodRef
 from gangsched.core.scheduler import Scheduler
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
-from gangsched.kube import reporter as reporter_module
-from gangsched.kube.binder import BindResult
-from gangsched.kube.client import ApiError
-from gangsched.kube.events import rfc3339
-from gangsched.kube.health import HealthServer
-from gangsched.kube.metrics import Metrics
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.podstatus import (
+from gangsched.kube.io.client import ApiError
+from gangsched.kube.io.health import HealthServer
+from gangsched.kube.io.metrics import Metrics
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.io.times import rfc3339
+from gangsched.kube.service import SchedulerService
+from gangsched.kube.statuscontroller import StatusController, accepted_status, verdict
+from gangsched.kube.write import reporter as reporter_module
+from gangsched.kube.write.binder import BindResult
+from gangsched.kube.write.podstatus import (
     says,
     scheduler_status,
     transition_time,
     write_pod_condition,
 )
-from gangsched.kube.reporter import Reporter
-from gangsched.kube.service import SchedulerService
-from gangsched.kube.statuscontroller import StatusController, accepted_status, verdict
+from gangsched.kube.write.reporter import Reporter
 from gangsched.kubectl_gang import gang_rows, render
 from gangsched.settings import Settings
 from tests.support.fakekube import APPLY, FakeKube

@@ -2,7 +2,7 @@
 PersistentVolumes, StorageClasses and CSINodes into the core's volume model; the storage
 reflectors against the fake API server, listed and watched into the core's volume catalog (what
 is deleted while a watch is down is dropped by the relist); and the binder's PreBind for a
-committed gang (gangsched.kube.binder), against a fake API client.
+committed gang (gangsched.kube.write.binder), against a fake API client.
 
 Translation never raises: what cannot be read is translated so that nothing is placed on the
 strength of it. PreBind writes what the gang's claims need, waits until the claims are bound,
@@ -37,9 +37,8 @@ from gangsched.core.volumes import (
     TopologyTerm,
     VolumeCatalog,
 )
-from gangsched.kube.binder import Binder
-from gangsched.kube.client import ApiError
-from gangsched.kube.reflector import Reflector
+from gangsched.kube.io.client import ApiError
+from gangsched.kube.io.reflector import Reflector
 from gangsched.kube.storage import (
     claim_from,
     csinode_from,
@@ -47,6 +46,7 @@ from gangsched.kube.storage import (
     storage_class_from,
     storage_reflectors,
 )
+from gangsched.kube.write.binder import Binder
 from tests.support.fakekube import FakeKube
 
 GI = 2**30

@@ -13,7 +13,7 @@ import pytest
 
 from gangsched.api.workloadapi import V1ALPHA2, V1BETA1
 from gangsched.core.status import GroupStatus, MemberCounts
-from gangsched.kube.upstreamstatus import podgroup_condition
+from gangsched.kube.write.upstreamstatus import podgroup_condition
 from gangsched_dev.devcluster.featuregates import apiserver_args
 from tests.api.test_workloadapi import member, upstream_pg
 from tests.kube.test_service import NODES, PODS, Rig, node, until

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from gangsched.core.decisions import PodRef
-from gangsched.kube import client as kclient
-from gangsched.kube.client import ApiError, _TokenBucket, background_lane
-from gangsched.kube.events import EventRecorder
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.reflector import ERROR_RETRY_MAX, OUTAGE_RETRY_MAX, Reflector
+from gangsched.kube.io import client as kclient
+from gangsched.kube.io.client import ApiError, _TokenBucket, background_lane
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.io.reflector import ERROR_RETRY_MAX, OUTAGE_RETRY_MAX, Reflector
+from gangsched.kube.write.events import EventRecorder
 
 # ---- rate limit lanes ----------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from gangsched.core.model import GangMode, GangSpec, Node, Pod, PodPhase
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
 from gangsched.core.status import SCHEDULED_PHASES, GroupStatus, MemberCounts
-from gangsched.kube.podstatus import scheduler_status
+from gangsched.kube.write.podstatus import scheduler_status
 
 KEY = "ml/g"
 GI = 1024**3

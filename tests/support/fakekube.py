@@ -1,4 +1,4 @@
-"""An in-memory API server behind :class:`gangsched.kube.api.KubeApi`, for the adapters' unit
+"""An in-memory API server behind :class:`gangsched.kube.io.api.KubeApi`, for the adapters' unit
 tests: every request runs in microseconds and is recorded.
 
 What it keeps as the API server does:
@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gangsched.kube.client import JSON, ApiError, FenceCheck, FencedError
+from gangsched.kube.io.client import JSON, ApiError, FenceCheck, FencedError
 
 __all__ = ["FakeKube", "Request", "Rule", "merge_patch", "strategic_merge"]
 

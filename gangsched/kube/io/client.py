@@ -27,9 +27,9 @@ import aiohttp
 import msgspec
 
 from gangsched import __version__
-from gangsched.kube.http1 import ConnectionFailedError, Http1Pool
-from gangsched.kube.kubeconfig import ClusterConfig, from_kubernetes_asyncio
-from gangsched.kube.kubeconfig import load as load_kubeconfig
+from gangsched.kube.io.http1 import ConnectionFailedError, Http1Pool
+from gangsched.kube.io.kubeconfig import ClusterConfig, from_kubernetes_asyncio
+from gangsched.kube.io.kubeconfig import load as load_kubeconfig
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import Configuration

@@ -13,8 +13,8 @@ import pytest
 
 from gangsched.core.decisions import BindGang, Binding, ClaimBinding, PodRef
 from gangsched.core.volumes import ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE
-from gangsched.kube.binder import Binder
-from gangsched.kube.client import FencedError
+from gangsched.kube.io.client import FencedError
+from gangsched.kube.write.binder import Binder
 from tests.support.fakekube import FakeKube, Request
 
 PODS = "/api/v1/namespaces/ml/pods"

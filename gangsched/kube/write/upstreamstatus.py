@@ -17,10 +17,10 @@ from typing import Any, Final
 
 from gangsched.api.workloadapi import VERSIONS, UpstreamVersion
 from gangsched.core.status import GroupStatus
-from gangsched.kube.api import KubeApi
-from gangsched.kube.events import rfc3339
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.podstatus import SCHEDULER_MANAGER, find_condition
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.io.times import rfc3339
+from gangsched.kube.write.podstatus import SCHEDULER_MANAGER, find_condition
 
 __all__ = ["UpstreamStatus", "podgroup_condition"]
 

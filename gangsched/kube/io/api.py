@@ -3,16 +3,16 @@ nothing more. Adapters take a :class:`KubeApi`, so their logic runs against an i
 unit tests and against :class:`KubeClient` in the daemon.
 
 Paths are API paths (``/api/v1/namespaces/ml/pods/p``), bodies and answers raw JSON. A non-2xx
-answer raises :class:`~gangsched.kube.client.ApiError` (status 0 for a connection error); a
+answer raises :class:`~gangsched.kube.io.client.ApiError` (status 0 for a connection error); a
 write whose ``fence`` says no is not sent and raises
-:class:`~gangsched.kube.client.FencedError`."""
+:class:`~gangsched.kube.io.client.FencedError`."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
-from gangsched.kube.client import JSON, FenceCheck
+from gangsched.kube.io.client import JSON, FenceCheck
 
 __all__ = ["KubeApi"]
 

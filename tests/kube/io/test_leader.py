@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gangsched.kube.leader import LeaderElector
+from gangsched.kube.io.leader import LeaderElector
 from tests.support.fakekube import FakeKube, Request
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"

@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
-from gangsched.kube import client as kclient
-from gangsched.kube.client import ApiError, FencedError, KubeClient
+from gangsched.kube.io import client as kclient
+from gangsched.kube.io.client import ApiError, FencedError, KubeClient
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -23,10 +23,11 @@ from typing import Any, NamedTuple
 from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import GroupStatus
-from gangsched.kube.api import KubeApi
-from gangsched.kube.events import EventRecorder, rfc3339
-from gangsched.kube.outbox import Outbox
-from gangsched.kube.podstatus import (
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.io.times import rfc3339
+from gangsched.kube.write.events import EventRecorder
+from gangsched.kube.write.podstatus import (
     SCHEDULER_MANAGER,
     UnboundVersion,
     apply_body,

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON, ApiError
-from gangsched.kube.events import rfc3339
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON, ApiError
+from gangsched.kube.io.times import rfc3339
 
 __all__ = ["Written", "all_of", "delete_options", "pod_path", "post_pod_event", "retried"]
 

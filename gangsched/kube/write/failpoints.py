@@ -5,7 +5,7 @@ the Nth time it reaches a named moment.
 when this module is first imported; unset, as in every real deployment, each check is one
 dictionary look-up that finds nothing. The moments:
 
-- ``evict.marked``: a victim's ``DisruptionTarget`` mark was accepted (kube/preemptor.py);
+- ``evict.marked``: a victim's ``DisruptionTarget`` mark was accepted (kube/write/preemptor.py);
 - ``evict.deleted``: a victim's delete was accepted.
 
 The end-to-end tests (tests/e2e/test_crash_safety.py) kill the scheduler at these exact moments

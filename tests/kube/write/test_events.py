@@ -10,8 +10,8 @@ import time
 from typing import Any
 
 from gangsched.core.decisions import PodRef
-from gangsched.kube.events import EventRecorder
-from gangsched.kube.outbox import Outbox
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.write.events import EventRecorder
 from tests.support.fakekube import FakeKube
 
 EVENTS = "/apis/events.k8s.io/v1/namespaces/ml/events"

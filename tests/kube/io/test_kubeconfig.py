@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gangsched.kube import kubeconfig
-from gangsched.kube.kubeconfig import KubeconfigError, load
+from gangsched.kube.io import kubeconfig
+from gangsched.kube.io.kubeconfig import KubeconfigError, load
 
 
 def _write(path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None) -> Path:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from gangsched.kube import client as kclient
-from gangsched.kube.client import ApiError
-from gangsched.kube.outbox import Outbox
+from gangsched.kube.io import client as kclient
+from gangsched.kube.io.client import ApiError
+from gangsched.kube.io.outbox import Outbox
 
 Job = Callable[[], Awaitable[object]]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gangsched.kube.heap import collector_paused
+from gangsched.kube.io.heap import collector_paused
 
 
 @pytest.fixture(autouse=True)

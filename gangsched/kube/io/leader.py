@@ -25,9 +25,9 @@ from typing import Any
 
 import structlog
 
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import ApiError
-from gangsched.kube.reporter import rfc3339
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import ApiError
+from gangsched.kube.io.times import rfc3339
 
 __all__ = ["Fence", "LeaderElector"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gangsched.core.decisions import MemberLoss, PodRef
-from gangsched.kube.client import FencedError
-from gangsched.kube.restarter import Deleted, GangRestarter
+from gangsched.kube.io.client import FencedError
+from gangsched.kube.write.restarter import Deleted, GangRestarter
 from tests.support.fakekube import FakeKube
 
 PODS = "/api/v1/namespaces/ml/pods"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gangsched.kube.client import JSON
-from gangsched.kube.reflector import OUTAGE_RETRY_MAX, Reflector
+from gangsched.kube.io.client import JSON
+from gangsched.kube.io.reflector import OUTAGE_RETRY_MAX, Reflector
 from tests.support.fakekube import FakeKube
 
 PODS = "/api/v1/namespaces/ml/pods"

@@ -26,9 +26,9 @@ from typing import Any
 
 import structlog
 
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON, ApiError
-from gangsched.kube.heap import collector_paused
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON, ApiError
+from gangsched.kube.io.heap import collector_paused
 
 __all__ = ["Reflector"]
 

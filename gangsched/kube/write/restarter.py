@@ -24,9 +24,9 @@ from enum import StrEnum
 import structlog
 
 from gangsched.core.decisions import MemberLoss, PodRef
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import ApiError, FenceCheck, FencedError, background_lane
-from gangsched.kube.podwrites import (
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import ApiError, FenceCheck, FencedError, background_lane
+from gangsched.kube.write.podwrites import (
     Written,
     all_of,
     delete_options,

@@ -52,11 +52,11 @@ import structlog
 
 from gangsched.core.decisions import Binding, Evict, PodRef, Preempt, Victim
 from gangsched.core.gang import PLAIN_PREFIX
-from gangsched.kube import failpoints
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON, ApiError, FenceCheck, FencedError, background_lane
-from gangsched.kube.events import rfc3339
-from gangsched.kube.podwrites import (
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON, ApiError, FenceCheck, FencedError, background_lane
+from gangsched.kube.io.times import rfc3339
+from gangsched.kube.write import failpoints
+from gangsched.kube.write.podwrites import (
     Written,
     all_of,
     delete_options,

@@ -27,36 +27,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from gangsched.core.decisions import PodRef
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import ApiError
-from gangsched.kube.outbox import Outbox
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import ApiError
+from gangsched.kube.io.outbox import Outbox
+from gangsched.kube.io.times import rfc3339
 
-__all__ = ["EventRecorder", "rfc3339"]
+__all__ = ["EventRecorder"]
 
 FINISH = 360.0  # client-go's finishTime
 RETRIES = 3  # writes that failed with a retriable error are tried again this many times
-
-
-def rfc3339(t: float | None = None, micro: bool = False) -> str:
-    """``2026-01-02T03:04:05Z`` (or ``...05.123456Z``), UTC. The seconds part is formatted once
-    per second: an event and a condition per pod ask for it thousands of times a second."""
-    global _last_second
-    if t is None:
-        t = time.time()
-    second = math.floor(t)
-    cached = _last_second
-    if cached[0] != second:
-        text = datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        cached = _last_second = (second, text)
-    if micro:
-        return f"{cached[1]}.{min(999_999, int((t - second) * 1_000_000)):06d}Z"
-    return f"{cached[1]}Z"
-
-
-_last_second: tuple[int, str] = (-1, "")
 
 
 @dataclass(eq=False)

@@ -4,7 +4,7 @@ PodGroup status has two writers, and each field has exactly one: both write by s
 apply (one PATCH of ``podgroups/<name>/status``, no read first) under a field manager of their
 own, with ``force=true``:
 
-- the scheduler (``gangsched-scheduler``, :class:`~gangsched.kube.reporter.Reporter`): the
+- the scheduler (``gangsched-scheduler``, :class:`~gangsched.kube.write.reporter.Reporter`): the
   phase, the member counts, ``waiting``, ``scheduleStartTime``, ``lastFailureTime``,
   ``message``, ``observedGeneration`` and the ``Scheduled`` condition, all from one
   :class:`~gangsched.core.status.GroupStatus`, so the object never mixes two computations;
@@ -30,8 +30,8 @@ from typing import Any
 from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
 from gangsched.core.status import GroupStatus
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import JSON, ApiError
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON, ApiError
 
 __all__ = [
     "CONTROLLER_MANAGER",

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
 
-from gangsched.kube.client import ApiError, background_lane
+from gangsched.kube.io.client import ApiError, background_lane
 
 __all__ = ["Outbox"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gangsched.kube.http1 import ConnectionFailedError, Http1Pool
+from gangsched.kube.io.http1 import ConnectionFailedError, Http1Pool
 from gangsched_dev.devcluster.controlplane import _generate_pki
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from gangsched.core.decisions import Binding, Evict, PodRef, Preempt, Victim
-from gangsched.kube.client import FencedError
-from gangsched.kube.preemptor import Outcome, Preemptor
+from gangsched.kube.io.client import FencedError
+from gangsched.kube.write.preemptor import Outcome, Preemptor
 from tests.kube.test_service import NODES, PODGROUPS, members, node, podgroup, until
 from tests.kube.test_service import Rig as ServiceRig
 from tests.support.fakekube import FakeKube

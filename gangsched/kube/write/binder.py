@@ -53,8 +53,8 @@ from gangsched.core.volumes import (
     PersistentVolume,
     VolumeCatalog,
 )
-from gangsched.kube.api import KubeApi
-from gangsched.kube.client import ApiError, FenceCheck, FencedError
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import ApiError, FenceCheck, FencedError
 from gangsched.kube.storage import claim_from, pv_from
 
 __all__ = ["BindResult", "Binder"]
