@@ -1,0 +1,366 @@
+"""Device allocation for resource claims, for a whole gang at once.
+
+kube-scheduler allocates the claims of one pod at a time and never revisits the devices it gave
+an earlier pod, so a gang can fail although a joint assignment exists (two members whose
+claims compete for the same devices in different orders). gangsched places a whole gang in one
+cycle, so it can choose the devices of all the claims on a node together:
+
+- the claims are satisfied in the order given; within a claim, its requests in order; a
+  ``firstAvailable`` request tries its sub-requests in order; an ``ExactCount`` request takes
+  its devices in the node's device order (combinations, never the same set twice), an ``All``
+  request every matching device (none may be in use; at least one must exist);
+- a device matches a request when it is on the node, every selector of the request's device
+  class and of the request matches it, and (but for admin access) no other claim holds it;
+- a ``matchAttribute`` constraint fixes its attribute's value with the first device chosen for
+  a request it names; later devices must carry the same value (a device without the attribute
+  never satisfies it);
+- when a choice leaves a later request (of this claim or of a later claim) unsatisfiable, the
+  search goes back and tries the next choice: depth-first, with every choice of every claim
+  open to revision, until an assignment for all is found or every choice was tried.
+
+The search is bounded: at most ``SEARCH_BOUND`` device choices per call (a gang of 8 pods with
+one claim of one device each over 8 matching devices needs 8 when nothing conflicts). Past the
+bound the claims are reported unschedulable, saying the bound was reached, never allocated
+half. Admin-access requests may use devices other claims hold, and hold none themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gangsched.core.resourceclaims import (
+    AllocationMode,
+    Claim,
+    ClaimAllocation,
+    Device,
+    DeviceClass,
+    DeviceId,
+    ExactRequest,
+    MatchAttribute,
+)
+
+__all__ = ["SEARCH_BOUND", "Allocated", "Unallocatable", "allocate", "allocate_one_by_one"]
+
+SEARCH_BOUND = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Allocated:
+    """Every claim's allocation, by claim key."""
+
+    allocations: Mapping[str, ClaimAllocation]
+
+
+@dataclass(frozen=True, slots=True)
+class Unallocatable:
+    """Why the claims cannot all be allocated on the node (a message naming the claim and the
+    request, or the bound)."""
+
+    message: str
+    bound_reached: bool = False
+
+
+@dataclass(slots=True)
+class _Search:
+    node: str
+    devices: tuple[Device, ...]
+    classes: Mapping[str, DeviceClass]
+    used: Collection[DeviceId]
+    budget: int
+    steps: int = 0
+    taken: set[DeviceId] = field(default_factory=set)
+    out_of_budget: bool = False
+    # (claim index, devices taken) from which the rest was found impossible: reached again
+    # by another order of the same choices, it fails at once
+    dead: set[tuple[int, frozenset[DeviceId]]] = field(default_factory=set)
+
+    def matching(self, request: ExactRequest) -> list[Device] | str:
+        """The node's devices this kind of request may take, in device order; or why none."""
+        device_class = self.classes.get(request.device_class)
+        if device_class is None:
+            return f"device class {request.device_class} does not exist"
+        selectors = (*device_class.selectors, *request.selectors)
+        return [
+            d for d in self.devices if d.node == self.node and all(s.matches(d) for s in selectors)
+        ]
+
+    def free(self, d: Device, request: ExactRequest) -> bool:
+        if request.admin_access:
+            return True
+        return d.id not in self.taken and d.id not in self.used
+
+
+def _constraints_of(claim: Claim, request: str) -> list[int]:
+    """Indexes of the claim's constraints that cover ``request`` (a request's name)."""
+    return [i for i, c in enumerate(claim.constraints) if not c.requests or request in c.requests]
+
+
+def allocate(
+    claims: Sequence[Claim],
+    devices: Sequence[Device],
+    classes: Mapping[str, DeviceClass],
+    used: Collection[DeviceId],
+    node: str,
+    *,
+    budget: int = SEARCH_BOUND,
+) -> Allocated | Unallocatable:
+    """Allocate every claim in ``claims`` (each listed once; a claim shared by several members
+    is allocated once) on ``node``, jointly, from ``devices`` not in ``used``."""
+    search = _Search(node, tuple(devices), classes, used, budget)
+    for claim in claims:
+        for request in claim.requests:
+            if not request.options():
+                return Unallocatable(f"claim {claim.key}: request {request.name} asks nothing")
+    if not _enough(search, claims):
+        return Unallocatable(_diagnose(search, claims))
+    results: list[list[tuple[str, DeviceId]]] = [[] for _ in claims]
+    values: list[list[object]] = [[None] * len(c.constraints) for c in claims]
+    if _claim(search, claims, 0, 0, results, values):
+        return Allocated(
+            {c.key: ClaimAllocation(node, tuple(r)) for c, r in zip(claims, results, strict=True)}
+        )
+    if search.out_of_budget:
+        return Unallocatable(
+            f"the joint search for {len(claims)} claim(s) on node {node} reached its bound of "
+            f"{budget} device choices",
+            bound_reached=True,
+        )
+    return Unallocatable(_diagnose(search, claims))
+
+
+def allocate_one_by_one(
+    claims: Sequence[Claim],
+    devices: Sequence[Device],
+    classes: Mapping[str, DeviceClass],
+    used: Collection[DeviceId],
+    node: str,
+) -> Allocated | Unallocatable:
+    """kube-scheduler's way, for comparison: each claim allocated in turn with the devices the
+    earlier ones took, never revisited."""
+    taken = set(used)
+    out: dict[str, ClaimAllocation] = {}
+    for claim in claims:
+        result = allocate([claim], devices, classes, taken, node)
+        if isinstance(result, Unallocatable):
+            return result
+        alloc = result.allocations[claim.key]
+        out[claim.key] = alloc
+        taken.update(alloc.devices)
+    return Allocated(out)
+
+
+def _enough(s: _Search, claims: Sequence[Claim]) -> bool:
+    """A necessary condition, before any search: the fewest devices the claims could take in
+    all (each request's cheapest alternative) are no more than the free devices that some
+    request could use."""
+    least = 0
+    usable: set[DeviceId] = set()
+    for claim in claims:
+        for request in claim.requests:
+            cheapest: int | None = None
+            for _, exact in request.options():
+                candidates = s.matching(exact)
+                if isinstance(candidates, str):
+                    continue
+                free = [d for d in candidates if s.free(d, exact)]
+                if exact.admin_access:
+                    continue  # holds nothing
+                usable.update(d.id for d in free)
+                n = exact.count if exact.mode is AllocationMode.EXACT_COUNT else len(candidates)
+                cheapest = n if cheapest is None else min(cheapest, n)
+            least += cheapest or 0
+    return least <= len(usable)
+
+
+# ---- the search -------------------------------------------------------------------------------
+def _claim(
+    s: _Search,
+    claims: Sequence[Claim],
+    ci: int,
+    ri: int,
+    results: list[list[tuple[str, DeviceId]]],
+    values: list[list[object]],
+) -> bool:
+    """Satisfy request ``ri`` of claim ``ci`` and everything after it."""
+    if ci == len(claims):
+        return True
+    claim = claims[ci]
+    if ri == len(claim.requests):
+        state = (ci + 1, frozenset(s.taken))
+        if state in s.dead:
+            return False
+        if _claim(s, claims, ci + 1, 0, results, values):
+            return True
+        if not s.out_of_budget:
+            s.dead.add(state)
+        return False
+    request = claim.requests[ri]
+    covering = _constraints_of(claim, request.name)
+    for path, exact in request.options():
+        candidates = s.matching(exact)
+        if isinstance(candidates, str):
+            continue
+        if exact.mode is AllocationMode.ALL:
+            if _all(s, claims, ci, ri, path, exact, candidates, covering, results, values):
+                return True
+        elif _some(s, claims, ci, ri, path, exact, candidates, covering, results, values, 0, 0):
+            return True
+        if s.out_of_budget:
+            return False
+    return False
+
+
+def _fits(
+    d: Device, constraints: Sequence[MatchAttribute], covering: list[int], fixed: list[object]
+) -> tuple[bool, list[tuple[int, object]]]:
+    """Whether ``d`` keeps the claim's constraints; the values it newly fixes."""
+    newly: list[tuple[int, object]] = []
+    for i in covering:
+        value = d.attributes.get(constraints[i].attribute)
+        if value is None:
+            return False, []
+        current = fixed[i]
+        if current is None:
+            newly.append((i, value))
+        elif current != value or type(current) is not type(value):
+            return False, []
+    return True, newly
+
+
+def _some(
+    s: _Search,
+    claims: Sequence[Claim],
+    ci: int,
+    ri: int,
+    path: str,
+    exact: ExactRequest,
+    candidates: list[Device],
+    covering: list[int],
+    results: list[list[tuple[str, DeviceId]]],
+    values: list[list[object]],
+    start: int,
+    chosen: int,
+) -> bool:
+    """Choose the remaining ``exact.count - chosen`` devices from ``candidates[start:]``."""
+    if chosen == exact.count:
+        return _claim(s, claims, ci, ri + 1, results, values)
+    claim = claims[ci]
+    fixed = values[ci]
+    need = exact.count - chosen
+    for k in range(start, len(candidates) - need + 1):
+        d = candidates[k]
+        if not s.free(d, exact):
+            continue
+        ok, newly = _fits(d, claim.constraints, covering, fixed)
+        if not ok:
+            continue
+        s.steps += 1
+        if s.steps > s.budget:
+            s.out_of_budget = True
+            return False
+        for i, v in newly:
+            fixed[i] = v
+        if not exact.admin_access:
+            s.taken.add(d.id)
+        results[ci].append((path, d.id))
+        if _some(
+            s, claims, ci, ri, path, exact, candidates, covering, results, values, k + 1, chosen + 1
+        ):
+            return True
+        results[ci].pop()
+        if not exact.admin_access:
+            s.taken.discard(d.id)
+        for i, _ in newly:
+            fixed[i] = None
+        if s.out_of_budget:
+            return False
+    return False
+
+
+def _all(
+    s: _Search,
+    claims: Sequence[Claim],
+    ci: int,
+    ri: int,
+    path: str,
+    exact: ExactRequest,
+    candidates: list[Device],
+    covering: list[int],
+    results: list[list[tuple[str, DeviceId]]],
+    values: list[list[object]],
+) -> bool:
+    """Every matching device, none in use, at least one."""
+    if not candidates or not all(s.free(d, exact) for d in candidates):
+        return False
+    claim = claims[ci]
+    fixed = values[ci]
+    set_here: list[int] = []
+    for d in candidates:
+        ok, newly = _fits(d, claim.constraints, covering, fixed)
+        if not ok:
+            for i in set_here:
+                fixed[i] = None
+            return False
+        for i, v in newly:
+            fixed[i] = v
+            set_here.append(i)
+    s.steps += len(candidates)
+    if s.steps > s.budget:
+        s.out_of_budget = True
+        return False
+    if not exact.admin_access:
+        s.taken.update(d.id for d in candidates)
+    results[ci].extend((path, d.id) for d in candidates)
+    if _claim(s, claims, ci, ri + 1, results, values):
+        return True
+    del results[ci][len(results[ci]) - len(candidates) :]
+    if not exact.admin_access:
+        s.taken.difference_update(d.id for d in candidates)
+    for i in set_here:
+        fixed[i] = None
+    return False
+
+
+# ---- why not ---------------------------------------------------------------------------------
+def _diagnose(s: _Search, claims: Sequence[Claim]) -> str:
+    """The first request that no device could serve even alone, else a joint shortage."""
+    s.taken.clear()
+    for claim in claims:
+        for request in claim.requests:
+            reasons = []
+            for path, exact in request.options():
+                candidates = s.matching(exact)
+                if isinstance(candidates, str):
+                    reasons.append(candidates)
+                    continue
+                free = [d for d in candidates if s.free(d, exact)]
+                wanted = len(candidates) if exact.mode is AllocationMode.ALL else exact.count
+                if exact.mode is AllocationMode.ALL and len(free) < len(candidates):
+                    reasons.append(
+                        f"{path}: all {len(candidates)} matching device(s) wanted, "
+                        f"{len(candidates) - len(free)} in use"
+                    )
+                elif len(free) < max(wanted, 1):
+                    reasons.append(
+                        f"{path}: needs {max(wanted, 1)} device(s) of class "
+                        f"{exact.device_class}, {len(free)} available on node {s.node}"
+                    )
+                else:
+                    reasons = []
+                    break
+            if reasons:
+                return f"claim {claim.key}: " + "; ".join(reasons)
+    total = sum(
+        exact.count
+        for c in claims
+        for r in c.requests
+        for _, exact in r.options()[:1]
+        if exact.mode is AllocationMode.EXACT_COUNT
+    )
+    free_all = sum(1 for d in s.devices if d.node == s.node and d.id not in s.used)
+    return (
+        f"no assignment of devices on node {s.node} satisfies all {len(claims)} claim(s) at "
+        f"once ({total} device(s) asked, {free_all} free there; selectors and constraints "
+        "leave no joint choice)"
+    )

@@ -1,0 +1,152 @@
+"""Dynamic Resource Allocation (``resource.k8s.io/v1``) as the core sees it: devices that
+drivers publish in ResourceSlices, the DeviceClasses that name kinds of device, and the
+ResourceClaims that pods ask through. No Kubernetes types: the readers turn the API objects
+into these, and compile every CEL selector into a ``Selector`` (a predicate over a device, with
+its expression kept for messages), so the core evaluates no CEL itself.
+
+What a claim asks, as kube-scheduler v1.36's structured allocator reads it:
+
+- each request is either ``exactly`` one kind (a device class, selectors, ``ExactCount`` with a
+  count or ``All``, admin access) or ``firstAvailable``: sub-requests tried in order, exactly
+  one of which is used;
+- ``constraints`` with ``matchAttribute``: every device allocated for the requests it names
+  (all of the claim's when it names none) has the same value of that attribute;
+- a claim already allocated holds its devices: they are used, by whoever asked.
+
+The allocator that satisfies the claims of a whole gang at once is in core/claimalloc.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = [
+    "AllocationMode",
+    "Claim",
+    "ClaimAllocation",
+    "Device",
+    "DeviceClass",
+    "DeviceId",
+    "DeviceRequest",
+    "ExactRequest",
+    "MatchAttribute",
+    "Selector",
+]
+
+# An attribute's value: a string, an integer, a boolean, or a version (kept as its text).
+AttributeValue = str | int | bool
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeviceId:
+    """A device: ``<driver>/<pool>/<device>``, as an allocation result names it."""
+
+    driver: str
+    pool: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A device a driver published for a node (a node-local ResourceSlice). Attribute and
+    capacity names are fully qualified (``gpu.nvidia.com/model``); a name without a domain
+    in the slice is qualified with the driver's name by the reader."""
+
+    id: DeviceId
+    node: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def driver(self) -> str:
+        return self.id.driver
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A compiled CEL selector: ``matches(device)``; ``expression`` as written, for messages."""
+
+    expression: str
+    matches: Callable[[Device], bool] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[Selector, ...] = ()
+
+
+class AllocationMode(StrEnum):
+    EXACT_COUNT = "ExactCount"
+    ALL = "All"
+
+
+@dataclass(frozen=True, slots=True)
+class ExactRequest:
+    """One kind of device: of ``device_class``, matching every selector, ``count`` of them
+    (``ExactCount``) or every matching device (``All``)."""
+
+    device_class: str
+    selectors: tuple[Selector, ...] = ()
+    mode: AllocationMode = AllocationMode.EXACT_COUNT
+    count: int = 1
+    admin_access: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """A request of a claim: ``exactly`` one kind, or the first of ``first_available`` (named
+    sub-requests, in order of preference) that can be satisfied."""
+
+    name: str
+    exactly: ExactRequest | None = None
+    first_available: tuple[tuple[str, ExactRequest], ...] = ()
+
+    def options(self) -> tuple[tuple[str, ExactRequest], ...]:
+        """The alternatives, in order: (``<request>`` or ``<request>/<sub-request>``, what)."""
+        if self.exactly is not None:
+            return ((self.name, self.exactly),)
+        return tuple((f"{self.name}/{sub}", r) for sub, r in self.first_available)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchAttribute:
+    """Devices of ``requests`` (every request of the claim when empty) share ``attribute``."""
+
+    attribute: str
+    requests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    """Which devices satisfy which request (``<request>`` or ``<request>/<sub-request>``)."""
+
+    node: str
+    results: tuple[tuple[str, DeviceId], ...]
+
+    @property
+    def devices(self) -> tuple[DeviceId, ...]:
+        return tuple(d for _, d in self.results)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A ResourceClaim: ``namespace/name``; its requests and constraints; its allocation when
+    one was written (by this scheduler or another), and the pods it is reserved for."""
+
+    namespace: str
+    name: str
+    uid: str
+    requests: tuple[DeviceRequest, ...] = ()
+    constraints: tuple[MatchAttribute, ...] = ()
+    allocation: ClaimAllocation | None = None
+    reserved_for: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
