@@ -11,6 +11,7 @@ so each trial is exact rather than a race between a test's watch and the schedul
 from __future__ import annotations
 
 import re
+import signal
 import time
 import uuid
 from collections import Counter
@@ -156,3 +157,82 @@ def test_a_preemption_interrupted_by_a_crash_is_carried_out_by_the_next_process(
     left = [n for n in marked if not low[n]["metadata"].get("deletionTimestamp")]
     if left:  # victims left running at the crash: the restarted process evicted them
         assert float(resumed.group(1)) >= len(left), (resumed.group(0), left)
+
+
+LEASE_NS = "gangsched-system"
+
+
+def test_a_leader_paused_after_marking_its_victims_is_replaced_and_the_eviction_finished(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    processes: list[SchedulerProcess],
+    tmp_path: Path,
+) -> None:
+    """Two replicas under one lease. The leader marks every victim of a preemption and is
+    then paused (SIGSTOP, the failpoint ``evict.marked=8:stop``) past its lease: the other
+    takes over, finds the marks, and carries the eviction out; the gang binds whole. When the
+    paused one resumes it deletes nothing more (its writes are fenced) and exits."""
+    cp = control_plane
+    cp.kubectl("create", "namespace", LEASE_NS, check=False)
+    sched = "gs-" + uuid.uuid4().hex[:6]
+    env = {"GANGSCHED_LEASE_NAME": "gs-" + uuid.uuid4().hex[:6]}
+    sel = nodes(4, gpus=4)
+
+    def replica(identity: str, extra: dict[str, str]) -> SchedulerProcess:
+        args = (
+            *("--scheduler-name", sched, "--leader-elect", "--identity", identity),
+            *("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5"),
+            "--no-status-controller",
+        )
+        p = SchedulerProcess(cp, tmp_path / f"{identity}.log", *args, env=env | extra)
+        processes.append(p.start())
+        return p
+
+    first = replica("a", {"GANGSCHED_FAILPOINTS": "evict.marked=8:stop"})
+    wait_for("the first replica's caches", lambda: "caches synced" in first.tail(200), 60)
+    second = replica("b", {})
+    for name in ("low-a", "low-b"):
+        create_all(cp, gang(ns, name, 8, sel, LOW, scheduler=sched))
+        wait_for(
+            f"gang {name} running",
+            lambda name=name: running_members(pods(cp, ns), name) == 8,  # type: ignore[misc]
+            timeout=60,
+        )
+    high = gang(ns, "high", 2, sel, HIGH, scheduler=sched)
+    for p in high[1:]:
+        p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    create_all(cp, high)
+    assert first.proc is not None
+
+    def marked() -> int:
+        return sum(
+            1
+            for p in pods(cp, ns).values()
+            if (c := condition(p, "DisruptionTarget")) is not None and c.get("status") == "True"
+        )
+
+    wait_for("every victim marked", lambda: marked() == 8, timeout=60)
+    try:
+        wait_for(
+            "the high gang bound whole by the other replica",
+            lambda: len(members(bound(cp, ns), "high")) == 2,
+            timeout=90,
+        )
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+    wait_for("the paused replica to exit", lambda: not first.alive(), timeout=30)
+    assert "no longer sure to lead" in first.tail(400), first.tail(40)
+    deadline = time.monotonic() + 3
+    while True:
+        state = pods(cp, ns)
+        assert not partial(state, 8), f"a Strict gang left running part-way: {partial(state, 8)}"
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    counts = sorted(running_members(state, name) for name in ("low-a", "low-b"))
+    assert counts == [0, 8], counts
+    assert max(gpus_per_node(cp, ns).values()) <= 4
+    resumed = re.search(r"^gangsched_evictions_resumed_total (\S+)$", second.metrics(), re.M)
+    assert resumed is not None and float(resumed.group(1)) == 8, second.tail(40)

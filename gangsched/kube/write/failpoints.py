@@ -1,7 +1,9 @@
-"""Crash injection for the crash-safety tests: the process kills itself (SIGKILL, no cleanup)
-the Nth time it reaches a named moment.
+"""Crash injection for the crash-safety tests: the process kills itself (SIGKILL, no cleanup),
+or stops itself (SIGSTOP: a paused process that loses its lease meanwhile), the Nth time it
+reaches a named moment.
 
-``GANGSCHED_FAILPOINTS="evict.marked=1"`` (a comma-separated list of ``name=N``) is read once,
+``GANGSCHED_FAILPOINTS="evict.marked=1"`` (a comma-separated list of ``name=N`` to be killed, or
+``name=N:stop`` to be stopped until a SIGCONT) is read once,
 when this module is first imported; unset, as in every real deployment, each check is one
 dictionary look-up that finds nothing. The moments:
 
@@ -22,12 +24,15 @@ __all__ = ["reached"]
 ENV = "GANGSCHED_FAILPOINTS"
 
 
-def _parse(text: str) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _parse(text: str) -> dict[str, list[int]]:
+    """name -> [times left, the signal]."""
+    out: dict[str, list[int]] = {}
     for item in text.split(","):
-        name, _, count = item.strip().partition("=")
+        name, _, when = item.strip().partition("=")
+        count, _, action = when.partition(":")
         if name:
-            out[name] = int(count or "1")
+            sig = signal.SIGSTOP if action == "stop" else signal.SIGKILL
+            out[name] = [int(count or "1"), sig]
     return out
 
 
@@ -35,9 +40,11 @@ _armed = _parse(os.environ.get(ENV, ""))
 
 
 def reached(name: str) -> None:
-    """The process reached moment ``name``: die here if it is armed and this is its Nth time."""
-    if name not in _armed:
+    """The process reached moment ``name``: die (or stop) here if it is armed and this is its
+    Nth time."""
+    armed = _armed.get(name)
+    if armed is None:
         return
-    _armed[name] -= 1
-    if _armed[name] <= 0:
-        os.kill(os.getpid(), signal.SIGKILL)
+    armed[0] -= 1
+    if armed[0] == 0:
+        os.kill(os.getpid(), armed[1])
