@@ -67,6 +67,23 @@ def partial(state: dict[str, dict[str, Any]], size: int) -> dict[str, int]:
     return out
 
 
+def fill_then_preempt(cp: ControlPlane, ns: str, sel: dict[str, str], sched: str) -> None:
+    """4 nodes x 4 GPUs filled by two Strict gangs of 8 x 1 GPU, then a gang of 2 x 2 GPUs of
+    higher priority: one low gang must go, whole."""
+    for name in ("low-a", "low-b"):
+        create_all(cp, gang(ns, name, 8, sel, LOW, scheduler=sched))
+        wait_for(
+            f"gang {name} running",
+            lambda name=name: running_members(pods(cp, ns), name) == 8,  # type: ignore[misc]
+            timeout=60,
+        )
+    high = gang(ns, "high", 2, sel, HIGH, scheduler=sched)
+    for p in high[1:]:
+        p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    create_all(cp, high)
+
+
 @pytest.mark.parametrize(
     "moment",
     [
@@ -88,24 +105,11 @@ def test_a_preemption_interrupted_by_a_crash_is_carried_out_by_the_next_process(
     sched = "gs-" + uuid.uuid4().hex[:6]
     sel = nodes(4, gpus=4)
     log = tmp_path / "sched.log"
-    # 4 nodes x 4 GPUs filled by two Strict gangs of 8 x 1 GPU
     first = SchedulerProcess(
         cp, log, "--scheduler-name", sched, env={"GANGSCHED_FAILPOINTS": moment}
     ).start()
     processes.append(first)
-    for name in ("low-a", "low-b"):
-        create_all(cp, gang(ns, name, 8, sel, LOW, scheduler=sched))
-        wait_for(
-            f"gang {name} running",
-            lambda name=name: running_members(pods(cp, ns), name) == 8,  # type: ignore[misc]
-            timeout=60,
-        )
-    # a gang of 2 x 2 GPUs of higher priority: one low gang must go, whole
-    high = gang(ns, "high", 2, sel, HIGH, scheduler=sched)
-    for p in high[1:]:
-        p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
-        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
-    create_all(cp, high)
+    fill_then_preempt(cp, ns, sel, sched)
     assert first.proc is not None
     wait_for("the scheduler to kill itself at " + moment, lambda: not first.alive(), timeout=60)
     assert first.proc.returncode == -9, first.tail()
@@ -192,18 +196,7 @@ def test_a_leader_paused_after_marking_its_victims_is_replaced_and_the_eviction_
     first = replica("a", {"GANGSCHED_FAILPOINTS": "evict.marked=8:stop"})
     wait_for("the first replica's caches", lambda: "caches synced" in first.tail(200), 60)
     second = replica("b", {})
-    for name in ("low-a", "low-b"):
-        create_all(cp, gang(ns, name, 8, sel, LOW, scheduler=sched))
-        wait_for(
-            f"gang {name} running",
-            lambda name=name: running_members(pods(cp, ns), name) == 8,  # type: ignore[misc]
-            timeout=60,
-        )
-    high = gang(ns, "high", 2, sel, HIGH, scheduler=sched)
-    for p in high[1:]:
-        p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
-        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
-    create_all(cp, high)
+    fill_then_preempt(cp, ns, sel, sched)
     assert first.proc is not None
 
     def marked() -> int:
