@@ -104,120 +104,142 @@ def _condition(pg: Mapping[str, Any]) -> Mapping[str, Any]:
     return {}
 
 
+@dataclass(slots=True)
+class _Gathered:
+    """What the PodGroups and pods say, gang by gang, before the status rule runs."""
+
+    rows: dict[str, GangRow] = field(default_factory=dict)
+    objects: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    specs: dict[str, GangSpec] = field(default_factory=dict)  # as the scheduler reads each
+    refused: list[GangRow] = field(default_factory=list)
+    waiting: dict[str, Counter[tuple[str, str]]] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )
+    members: dict[str, list[tuple[str, bool]]] = field(default_factory=lambda: defaultdict(list))
+
+
 def gang_rows(
     podgroups: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
 ) -> list[GangRow]:
     """One row per gang (gangsched PodGroups, and gangs their pods declare), phase and WHY by
     the scheduler's rule (``group_status``) from the pods; one row per refused pod."""
-    rows: dict[str, GangRow] = {}
-    objects: dict[str, Mapping[str, Any]] = {}
-    specs: dict[str, GangSpec] = {}  # as the scheduler reads each PodGroup
+    g = _Gathered()
     for pg in podgroups:
-        meta = pg.get("metadata") or {}
-        spec = pg.get("spec") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        objects[key] = pg
-        specs[key] = podgroup_from(pg)
-        min_member = _min_member(spec if isinstance(spec, Mapping) else {})
-        rows[key] = GangRow(
-            namespace=str(meta.get("namespace", "")),
-            name=str(meta.get("name", "")),
-            source=SOURCES[Source.GANGSCHED],
-            phase="",
-            min_member=min_member,
-            min_member_invalid=min_member == 0,
-        )
-    refused: list[GangRow] = []
-    waiting: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
-    members: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+        _add_podgroup(g, pg)
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        ns = str(meta.get("namespace", ""))
-        try:
-            m = resolve_membership(
-                ns,
-                meta.get("labels") or {},
-                meta.get("annotations") or {},
-                timestamp(meta.get("creationTimestamp")),
-                scheduling_group(pod.get("spec") or {}),
-            )
-        except ValueError as e:  # an unreadable spec.schedulingGroup
-            m = Membership(error=str(e))
-        why = _waiting(pod)
-        refusal = ("InvalidPod", m.error) if m.error else why
-        if refusal is not None and refusal[0] in REFUSED:
-            reason, message = refusal
-            refused.append(
-                GangRow(
-                    namespace=ns,
-                    name=f"pod/{meta.get('name', '')}",
-                    source=SOURCES.get(m.source, m.source) or "-",
-                    phase=reason,
-                    min_member=0,
-                    why=message,
-                    pod=str(meta.get("name", "")),
-                    gang=m.key.partition("/")[2],
-                )
-            )
-        if not m.key:
-            continue
-        row = rows.get(m.key)
-        if row is None:
-            row = rows[m.key] = GangRow(
-                namespace=ns,
-                name=m.key.partition("/")[2],
-                source=SOURCES.get(m.source, m.source),
-                phase="",
-                min_member=m.implicit.min_member if m.implicit else 1,
-            )
-            if m.source == Source.GANGSCHED:
-                row.min_member = 0  # its PodGroup does not exist
-        role = m.role
-        row.members[role] = row.members.get(role, 0) + 1
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node:
-            row.bound[role] = row.bound.get(role, 0) + 1
-            row.nodes[node] = row.nodes.get(node, 0) + 1
-        phase = str((pod.get("status") or {}).get("phase", "Pending"))
-        members[m.key].append((phase, bool(node)))
-        if why is not None:
-            waiting[m.key][why] += 1
-    for key, row in rows.items():
-        counts = count_members(members.get(key, []))
-        obj = objects.get(key)
-        common = waiting[key].most_common(1)
-        if obj is not None:
-            status = obj.get("status") or {}
-            cond = _condition(obj)
-            reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
-            attempted = bool(status.get("scheduleStartTime")) or bool(status.get("waiting"))
-            if not message and (problem := specs[key].invalid_reason):
-                # the scheduler's word before it has written it (as core/cycle.py says it)
-                reason, message = "InvalidSpec", f"PodGroup {key} is invalid: {problem}"
-        else:
-            reason, message = common[0][0] if common else ("", "")
-            attempted = any(r not in NOT_ATTEMPTED for r, _ in waiting[key])
-            if row.min_member == 0 or reason == "PodGroupNotFound":
-                # the PodGroup the pods name is missing: they wait for it
-                row.min_member = 0
-                row.phase = "Pending"
-                row.why = message or (
-                    f"PodGroup {key} does not exist; the pods wait until it is created"
-                )
-                continue
-        st = group_status(
-            row.min_member,
-            counts,
-            reason=reason,
-            message=message,
-            attempted=attempted,
-            binding=True,
-            lost=message if reason == MEMBERS_LOST else "",
+        _add_pod(g, pod)
+    for key, row in g.rows.items():
+        _settle(g, key, row)
+    gangs = sorted(g.rows.values(), key=lambda r: (r.namespace, r.name))
+    return sorted([*gangs, *g.refused], key=lambda r: (r.namespace, bool(r.pod), r.name))
+
+
+def _add_podgroup(g: _Gathered, pg: Mapping[str, Any]) -> None:
+    meta = pg.get("metadata") or {}
+    spec = pg.get("spec") or {}
+    key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    g.objects[key] = pg
+    g.specs[key] = podgroup_from(pg)
+    min_member = _min_member(spec if isinstance(spec, Mapping) else {})
+    g.rows[key] = GangRow(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        source=SOURCES[Source.GANGSCHED],
+        phase="",
+        min_member=min_member,
+        min_member_invalid=min_member == 0,
+    )
+
+
+def _add_pod(g: _Gathered, pod: Mapping[str, Any]) -> None:
+    """The pod counted in its gang's row (a row for a gang only its pods declare), and a row
+    of its own when the scheduler refuses it."""
+    meta = pod.get("metadata") or {}
+    ns = str(meta.get("namespace", ""))
+    try:
+        m = resolve_membership(
+            ns,
+            meta.get("labels") or {},
+            meta.get("annotations") or {},
+            timestamp(meta.get("creationTimestamp")),
+            scheduling_group(pod.get("spec") or {}),
         )
-        row.phase = st.phase
-        row.why = "" if st.scheduled else st.message
-    gangs = sorted(rows.values(), key=lambda r: (r.namespace, r.name))
-    return sorted([*gangs, *refused], key=lambda r: (r.namespace, bool(r.pod), r.name))
+    except ValueError as e:  # an unreadable spec.schedulingGroup
+        m = Membership(error=str(e))
+    why = _waiting(pod)
+    refusal = ("InvalidPod", m.error) if m.error else why
+    if refusal is not None and refusal[0] in REFUSED:
+        reason, message = refusal
+        g.refused.append(
+            GangRow(
+                namespace=ns,
+                name=f"pod/{meta.get('name', '')}",
+                source=SOURCES.get(m.source, m.source) or "-",
+                phase=reason,
+                min_member=0,
+                why=message,
+                pod=str(meta.get("name", "")),
+                gang=m.key.partition("/")[2],
+            )
+        )
+    if not m.key:
+        return
+    row = g.rows.get(m.key)
+    if row is None:
+        row = g.rows[m.key] = GangRow(
+            namespace=ns,
+            name=m.key.partition("/")[2],
+            source=SOURCES.get(m.source, m.source),
+            phase="",
+            min_member=m.implicit.min_member if m.implicit else 1,
+        )
+        if m.source == Source.GANGSCHED:
+            row.min_member = 0  # its PodGroup does not exist
+    role = m.role
+    row.members[role] = row.members.get(role, 0) + 1
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:
+        row.bound[role] = row.bound.get(role, 0) + 1
+        row.nodes[node] = row.nodes.get(node, 0) + 1
+    phase = str((pod.get("status") or {}).get("phase", "Pending"))
+    g.members[m.key].append((phase, bool(node)))
+    if why is not None:
+        g.waiting[m.key][why] += 1
+
+
+def _settle(g: _Gathered, key: str, row: GangRow) -> None:
+    """The row's phase and WHY, by the scheduler's status rule."""
+    counts = count_members(g.members.get(key, []))
+    obj = g.objects.get(key)
+    common = g.waiting[key].most_common(1)
+    if obj is not None:
+        status = obj.get("status") or {}
+        cond = _condition(obj)
+        reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
+        attempted = bool(status.get("scheduleStartTime")) or bool(status.get("waiting"))
+        if not message and (problem := g.specs[key].invalid_reason):
+            # the scheduler's word before it has written it (as core/cycle.py says it)
+            reason, message = "InvalidSpec", f"PodGroup {key} is invalid: {problem}"
+    else:
+        reason, message = common[0][0] if common else ("", "")
+        attempted = any(r not in NOT_ATTEMPTED for r, _ in g.waiting[key])
+        if row.min_member == 0 or reason == "PodGroupNotFound":
+            # the PodGroup the pods name is missing: they wait for it
+            row.min_member = 0
+            row.phase = "Pending"
+            row.why = message or f"PodGroup {key} does not exist; the pods wait until it is created"
+            return
+    st = group_status(
+        row.min_member,
+        counts,
+        reason=reason,
+        message=message,
+        attempted=attempted,
+        binding=True,
+        lost=message if reason == MEMBERS_LOST else "",
+    )
+    row.phase = st.phase
+    row.why = "" if st.scheduled else st.message
 
 
 def render(rows: Sequence[GangRow], wide: bool, all_namespaces: bool) -> str:
