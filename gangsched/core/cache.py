@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
+from gangsched.core.claimstate import ClaimCatalog
 from gangsched.core.domains import DomainIndex
 from gangsched.core.gpu import KOORD_CORE, KOORD_RATIO, MILLI, GpuDemand, NodeGpus, best_fit
 from gangsched.core.model import HostPort, Node, Pod
@@ -115,6 +116,9 @@ class ClusterCache:
         # Claims, volumes, storage classes and CSINodes, with the volume plans of reserved
         # pods (core/volumes.py).
         self.volumes = VolumeCatalog()
+        # Devices, device classes and resource claims, with the allocations chosen for
+        # reserved pods (core/claimstate.py).
+        self.resource_claims = ClaimCatalog()
         # Free capacity per topology domain of the levels gangs ask about (core/domains.py).
         self.domains = DomainIndex()
         # Called with a pod's uid after ``assume`` or ``forget`` changed whether it is
@@ -207,6 +211,7 @@ class ClusterCache:
     def remove_pod(self, uid: str) -> Pod | None:
         self.assumed.pop(uid, None)
         self.volumes.forget(uid)
+        self.resource_claims.forget(uid)
         self._count(uid, "", {})
         self._planned.pop(uid, None)
         return self.pods.pop(uid, None)
@@ -228,12 +233,15 @@ class ClusterCache:
             info = self.nodes.get(node)
             labels = info.node.labels if info is not None and info.node is not None else {}
             self.volumes.assume(pod, node, labels)
+        if pod.resource_claims:
+            self.resource_claims.assume(pod, node)
         if self.on_assumption is not None:
             self.on_assumption(uid)
 
     def forget(self, uid: str) -> None:
         """Drop a reservation. Idempotent; a pod the API has bound is left counted."""
         self.volumes.forget(uid)
+        self.resource_claims.forget(uid)
         if self.assumed.pop(uid, None) is None:
             return
         pod = self.pods.get(uid)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gangsched.core.resourceclaims import ClaimAllocation
+
 __all__ = [
     "BindGang",
     "Binding",
     "ClaimBinding",
+    "ClaimWrite",
     "Decision",
     "DeviceConflict",
     "Evict",
@@ -53,6 +56,18 @@ class ClaimBinding:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimWrite:
+    """PreBind for one resource claim (Dynamic Resource Allocation): write its
+    ``status.allocation`` (the devices chosen, on ``allocation.node``) and reserve it for
+    ``pods`` (uids), with the claim's ``uid`` as the precondition."""
+
+    claim: str  # namespace/name
+    uid: str
+    allocation: ClaimAllocation
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class BindGang:
     """Bind all of these now. The gang has reached quorum with these reservations.
 
@@ -63,6 +78,8 @@ class BindGang:
     gang: str
     bindings: tuple[Binding, ...]
     volumes: tuple[ClaimBinding, ...] = ()
+    # Resource claims to allocate first, every one before any pod binds (none is written yet).
+    claims: tuple[ClaimWrite, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -293,6 +293,8 @@ class Pod:
     disruption: str = ""
     # When the pod's PodScheduled condition turned True (its binding), 0 when unknown.
     bound_at: float = 0.0
+    # The resource claims (Dynamic Resource Allocation) the pod uses, as namespace/name keys.
+    resource_claims: tuple[str, ...] = ()
     # The devices this pod's GPUs were recorded on (Koordinator's device-allocated
     # annotation), by index; empty when none is recorded.
     gpu_devices: tuple[int, ...] = ()

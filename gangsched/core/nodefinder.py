@@ -169,6 +169,7 @@ class NodeFinder:
             ),
             ("NodePorts", "hostPort", bool(pod.host_ports)),
             ("VolumeBinding", "spec.volumes", bool(pod.volumes.claims)),
+            ("DynamicResources", "spec.resourceClaims", bool(pod.resource_claims)),
         )
         for plugin, field, needed in checks:
             if needed and plugin not in enabled:

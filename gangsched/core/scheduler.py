@@ -11,7 +11,7 @@ Lifecycle of a gang's members: pending -> reserved (assumed in the cache) -> eit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from gangsched.core.cache import ClusterCache
@@ -36,6 +36,8 @@ from gangsched.core.plugins.task_topology import bucket_order
 from gangsched.core.preemption import Preemptor
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import Wake
+from gangsched.core.resourceclaims import Claim as ResourceClaim
+from gangsched.core.resourceclaims import Device, DeviceClass
 from gangsched.core.resources import GPU
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
 from gangsched.core.steps.book import GangBook, ref
@@ -258,6 +260,31 @@ class Scheduler:
 
     def csinode_delete(self, name: str) -> None:
         self._storage_changed(self.cache.volumes.remove_csi_node(name))
+
+    # ---- events: Dynamic Resource Allocation --------------------------------------------
+    # Devices (ResourceSlices), DeviceClasses and ResourceClaims decide where pods with
+    # resource claims fit (core/claimstate.py); any change may help a gang that failed.
+    def resource_slice_upsert(self, key: str, devices: Iterable[Device]) -> None:
+        self.cache.resource_claims.upsert_slice(key, devices)
+        self.queue.wake(Wake.CLUSTER)
+
+    def resource_slice_delete(self, key: str) -> None:
+        self.cache.resource_claims.remove_slice(key)
+
+    def device_class_upsert(self, device_class: DeviceClass) -> None:
+        self.cache.resource_claims.upsert_class(device_class)
+        self.queue.wake(Wake.CLUSTER)
+
+    def device_class_delete(self, name: str) -> None:
+        self.cache.resource_claims.remove_class(name)
+
+    def resource_claim_upsert(self, claim: ResourceClaim) -> None:
+        self.cache.resource_claims.upsert_claim(claim)
+        self.queue.wake(Wake.CLUSTER)
+
+    def resource_claim_delete(self, key: str) -> None:
+        self.cache.resource_claims.remove_claim(key)
+        self.queue.wake(Wake.CLUSTER)
 
     def _storage_changed(self, changed: bool) -> None:
         if changed:

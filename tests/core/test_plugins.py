@@ -768,6 +768,7 @@ def test_default_filters_order() -> None:
         "VolumeZone",
         "PodTopologySpread",
         "InterPodAffinity",
+        "DynamicResources",
     )
     assert set(DEFAULT_FILTERS) <= set(FILTERS)
 

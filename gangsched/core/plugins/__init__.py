@@ -13,6 +13,7 @@ from gangsched.core.framework import (
     ScorePlugin,
 )
 from gangsched.core.plugins.avoid_free_gpus import AvoidFreeGPUs
+from gangsched.core.plugins.dynamic_resources import DynamicResources
 from gangsched.core.plugins.fgd import FragmentationGradient
 from gangsched.core.plugins.gpu_binpack import GPUBinPack
 from gangsched.core.plugins.gpu_devices import GPUDevices
@@ -38,6 +39,7 @@ __all__ = [
     "FILTERS",
     "SCORERS",
     "AvoidFreeGPUs",
+    "DynamicResources",
     "FragmentationGradient",
     "GPUBinPack",
     "GPUDevices",
@@ -80,6 +82,7 @@ FILTERS: dict[str, FilterFactory] = {
     NodeVolumeLimits.name: lambda ctx: NodeVolumeLimits(ctx.cache),
     VolumeBinding.name: lambda ctx: VolumeBinding(ctx.cache),
     VolumeZone.name: lambda ctx: VolumeZone(ctx.cache),
+    DynamicResources.name: lambda ctx: DynamicResources(ctx.cache),
 }
 
 SCORERS: dict[str, ScoreFactory] = {
@@ -114,6 +117,8 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "VolumeZone",
     "PodTopologySpread",
     "InterPodAffinity",
+    # kube-scheduler appends it to its defaults (DRA is on by default since v1.34)
+    "DynamicResources",
 )
 
 DEFAULT_SCORE_WEIGHTS: dict[str, int] = {

@@ -110,8 +110,10 @@ class Permit:
             for uid, node in sorted(reserved.items())
             if uid in pods
         )
-        volumes = cache.volumes.prebind(uid for uid in sorted(reserved) if uid in pods)
-        return BindGang(gang.key, bindings, volumes)
+        members = [uid for uid in sorted(reserved) if uid in pods]
+        volumes = cache.volumes.prebind(members)
+        claims = cache.resource_claims.prebind(members)
+        return BindGang(gang.key, bindings, volumes, claims)
 
     def release(self, key: str, reason: str, message: str) -> list[Decision]:
         """Give back everything a waiting gang holds. Idempotent."""

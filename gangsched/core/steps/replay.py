@@ -62,6 +62,8 @@ class FailureReplay:
         anything (a reservation, capacity at Permit, victims awaited)."""
         if not gang.plain or len(h.pending) != 1 or h.held or gang.key in self._permit:
             return None
+        if h.pending[0].resource_claims:
+            return None  # its claims are its own: no other pod fails as it does
         if gang.key in self._preemption.awaiting:
             return None
         r = self._reservations.current

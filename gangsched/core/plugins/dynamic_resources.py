@@ -1,0 +1,41 @@
+"""DynamicResources: a pod's resource claims (Dynamic Resource Allocation) can be served by the
+node's devices, together with the claims of the pods already reserved there in this gang
+cycle (core/claimstate.py; the search is core/claimalloc.py's).
+
+PreFilter returns SKIP for a pod without claims, so the Filter costs nothing for others. A claim
+allocated already (by this scheduler or another) serves only its node; a claim that does not
+exist yet (the resourceclaim controller makes claims from templates) keeps the pod off every
+node, saying so.
+"""
+
+from __future__ import annotations
+
+from gangsched.core.cache import ClusterCache, NodeInfo
+from gangsched.core.framework import SKIP, SUCCESS, Code, CycleState, Status
+from gangsched.core.model import Pod
+
+__all__ = ["DynamicResources"]
+
+
+class DynamicResources:
+    """Filter: the pod's resource claims can be allocated on the node."""
+
+    name: str = "DynamicResources"
+    static: bool = False
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self._catalog = cache.resource_claims
+
+    def pre_filter(self, pod: Pod, state: CycleState) -> Status:
+        if not pod.resource_claims:
+            return SKIP
+        for key in pod.resource_claims:
+            if key not in self._catalog.claims:
+                return Status(Code.UNRESOLVABLE, f"resource claim {key} does not exist yet")
+        return SUCCESS
+
+    def filter_with(self, pod: Pod, node: NodeInfo, state: CycleState) -> Status:
+        found = self._catalog.fit(pod, node.name)
+        if isinstance(found, str):
+            return Status(Code.UNSCHEDULABLE, found)
+        return SUCCESS

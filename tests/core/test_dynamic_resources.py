@@ -1,0 +1,157 @@
+"""Gangs whose pods use resource claims (Dynamic Resource Allocation), through the scheduler:
+the DynamicResources filter lets a member onto a node only when its claims can be allocated
+there together with the members already reserved there; the binding decision carries every
+claim's allocation, for all members at once; a gang that does not fit leaves no claim
+allocated; an earlier member's devices are chosen again when a later member needs them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gangsched.core.decisions import BindGang, Decision, GangUnschedulable
+from gangsched.core.model import PodPhase
+from gangsched.core.resourceclaims import (
+    Claim,
+    ClaimAllocation,
+    Device,
+    DeviceClass,
+    DeviceId,
+    DeviceRequest,
+    ExactRequest,
+    Selector,
+)
+from tests.core.test_scheduler import Harness, make_node, members, pod
+
+CLASS = DeviceClass("gpu.example.com")
+
+
+def devices(node: str, n: int, **attrs: str) -> list[Device]:
+    return [
+        Device(DeviceId("gpu.example.com", node, f"gpu-{i}"), node, dict(attrs)) for i in range(n)
+    ]
+
+
+def model_is(model: str) -> Selector:
+    return Selector(f"model == {model!r}", lambda d: d.attributes.get("model") == model)
+
+
+def gpu_claim(name: str, *selectors: Selector, count: int = 1) -> Claim:
+    request = DeviceRequest("gpu", ExactRequest(CLASS.name, selectors, count=count))
+    return Claim("ml", name, f"uid-{name}", (request,))
+
+
+def cluster(*nodes: tuple[str, list[Device]]) -> Harness:
+    h = Harness(None, *(make_node(name).cpu("64").memory("256Gi").node() for name, _ in nodes))
+    h.s.device_class_upsert(CLASS)
+    for name, devs in nodes:
+        h.s.resource_slice_upsert(f"{name}-gpus", devs)
+    return h
+
+
+def binds(out: list[Decision]) -> list[BindGang]:
+    return [d for d in out if isinstance(d, BindGang)]
+
+
+def test_a_gang_of_eight_binds_whole_with_every_claim_allocated_once() -> None:
+    h = cluster(("n1", devices("n1", 8)))
+    h.gang("ml/train", 8)
+    for i in range(8):
+        h.s.resource_claim_upsert(gpu_claim(f"c{i}"))
+    h.add(
+        *(
+            replace(p, resource_claims=(f"ml/c{i}",))
+            for i, p in enumerate(members("ml/train", 8, gpus=0))
+        )
+    )
+    [b] = binds(h.run(confirm=False))
+    assert len(b.bindings) == 8 and len(b.claims) == 8
+    used = [d for w in b.claims for d in w.allocation.devices]
+    assert len(set(used)) == 8 and {w.allocation.node for w in b.claims} == {"n1"}
+    assert all(len(w.pods) == 1 for w in b.claims)
+
+
+def test_an_earlier_members_devices_are_chosen_again_for_a_later_one() -> None:
+    """kubernetes#138765's shape in one gang: member a takes any GPU, member b only an a100;
+    one by one, a takes the a100 and b fails; placed together, both fit."""
+    node = [
+        Device(DeviceId("gpu.example.com", "n1", "gpu-0"), "n1", {"model": "a100"}),
+        Device(DeviceId("gpu.example.com", "n1", "gpu-1"), "n1", {"model": "h100"}),
+    ]
+    h = cluster(("n1", node))
+    h.gang("ml/pair", 2)
+    h.s.resource_claim_upsert(gpu_claim("any"))
+    h.s.resource_claim_upsert(gpu_claim("a100", model_is("a100")))
+    first, second = members("ml/pair", 2, gpus=0)
+    h.add(
+        replace(first, resource_claims=("ml/any",)), replace(second, resource_claims=("ml/a100",))
+    )
+    [b] = binds(h.run(confirm=False))
+    chosen = {w.claim: w.allocation.devices[0].name for w in b.claims}
+    assert chosen == {"ml/a100": "gpu-0", "ml/any": "gpu-1"}
+
+
+def test_a_gang_that_does_not_fit_allocates_nothing_and_says_why() -> None:
+    h = cluster(("n1", devices("n1", 2)))
+    h.gang("ml/big", 3)
+    for i in range(3):
+        h.s.resource_claim_upsert(gpu_claim(f"c{i}"))
+    h.add(
+        *(
+            replace(p, resource_claims=(f"ml/c{i}",))
+            for i, p in enumerate(members("ml/big", 3, gpus=0))
+        )
+    )
+    out = h.run(confirm=False)
+    assert not binds(out)
+    [u] = [d for d in out if isinstance(d, GangUnschedulable)]
+    assert "no assignment of devices on node n1 satisfies all 3 claim(s) at once" in u.message
+    catalog = h.s.cache.resource_claims
+    assert all(catalog.tentative(f"ml/c{i}") is None for i in range(3))
+
+
+def test_a_claim_allocated_elsewhere_keeps_the_pod_on_its_node_and_its_devices_used() -> None:
+    h = cluster(("n1", devices("n1", 1)), ("n2", devices("n2", 1)))
+    taken = DeviceId("gpu.example.com", "n1", "gpu-0")
+    h.s.resource_claim_upsert(
+        replace(
+            gpu_claim("mine"),
+            allocation=ClaimAllocation(
+                "n2", (("gpu", DeviceId("gpu.example.com", "n2", "gpu-0")),)
+            ),
+        )
+    )
+    h.s.resource_claim_upsert(
+        replace(gpu_claim("other"), allocation=ClaimAllocation("n1", (("gpu", taken),)))
+    )
+    h.s.resource_claim_upsert(gpu_claim("new"))
+    h.add(replace(pod("p-mine", gpus=0), resource_claims=("ml/mine",)))
+    [b] = binds(h.run(confirm=False))
+    assert b.bindings[0].node == "n2" and b.claims == ()  # written already: nothing to write
+    h.add(replace(pod("p-new", gpus=0), resource_claims=("ml/new",)))
+    out = h.run(confirm=False)
+    assert not binds(out), "n1's device is held by another claim, n2's by ml/mine"
+
+
+def test_a_missing_claim_keeps_the_pod_waiting_naming_it() -> None:
+    h = cluster(("n1", devices("n1", 1)))
+    h.add(replace(pod("p", gpus=0), resource_claims=("ml/not-yet",)))
+    [u] = [d for d in h.run() if isinstance(d, GangUnschedulable)]
+    assert "resource claim ml/not-yet does not exist yet" in u.message
+    h.s.resource_claim_upsert(gpu_claim("not-yet"))  # its template made it: try again
+    h.advance(10)  # (after the backoff)
+    assert binds(h.run(confirm=False))
+
+
+def test_a_written_allocation_replaces_the_tentative_one() -> None:
+    h = cluster(("n1", devices("n1", 1)))
+    h.s.resource_claim_upsert(gpu_claim("c"))
+    p = replace(pod("p", gpus=0), resource_claims=("ml/c",))
+    h.add(p)
+    [b] = binds(h.run(confirm=False))
+    [write] = b.claims
+    h.s.resource_claim_upsert(replace(gpu_claim("c"), allocation=write.allocation))
+    h.s.pod_upsert(replace(h.s.cache.pods[p.uid], node_name="n1", phase=PodPhase.RUNNING))
+    assert h.s.cache.resource_claims.tentative("ml/c") is None
+    h.s.resource_claim_upsert(gpu_claim("d"))
+    h.add(replace(pod("q", gpus=0), resource_claims=("ml/d",)))
+    assert not binds(h.run(confirm=False)), "the only device is allocated to ml/c"
