@@ -33,7 +33,16 @@ __all__ = [
     "ExactRequest",
     "MatchAttribute",
     "Selector",
+    "Version",
 ]
+
+
+class Version(str):
+    """An attribute whose value is a semantic version (semver.org 2.0.0), kept as written: a
+    string to every comparison the core makes, a version to a CEL selector (``semver``)."""
+
+    __slots__ = ()
+
 
 # An attribute's value: a string, an integer, a boolean, or a version (kept as its text).
 AttributeValue = str | int | bool

@@ -1,0 +1,415 @@
+"""Dynamic Resource Allocation objects (``resource.k8s.io/v1``, JSON) into the core's model
+(core/resourceclaims.py): DeviceClasses, ResourceSlices and ResourceClaims.
+
+Nothing here raises on bad input: an object that cannot be read, or that sets a field the core
+does not model yet, becomes a :class:`DraError` naming the field (``spec.devices.config: not
+supported yet``), so the adapter can refuse what depends on it by name. CEL selectors are
+compiled by ``cel.py``; one it refuses refuses the object, naming the selector. docs/dra.md
+lists what is read and what is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gangsched.api.cel import compile_selector, parse_semver
+from gangsched.api.fields import (
+    Obj,
+    SpecError,
+    as_list,
+    as_map,
+    as_written,
+    identity,
+    integer,
+    nonempty_str,
+    unreadable,
+)
+from gangsched.core.quantity import QuantityError, parse_quantity
+from gangsched.core.resourceclaims import (
+    AllocationMode,
+    AttributeValue,
+    Claim,
+    ClaimAllocation,
+    Device,
+    DeviceClass,
+    DeviceId,
+    DeviceRequest,
+    ExactRequest,
+    MatchAttribute,
+    Selector,
+    Version,
+)
+
+__all__ = [
+    "MAX_COUNT",
+    "DraError",
+    "ResourceSlice",
+    "device_class_from",
+    "resource_claim_from",
+    "resource_slice_from",
+]
+
+# The most devices one request may ask (resource.k8s.io AllocationResultsMaxSize).
+MAX_COUNT = 32
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class DraError:
+    """An object that cannot be used: ``key`` (``namespace/name`` or ``name``) and why, naming
+    the field."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    """A node-local ResourceSlice: its driver's devices in one pool, on ``node``."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    node: str
+    devices: tuple[Device, ...]
+
+
+def _unsupported(field: str) -> SpecError:
+    return SpecError(f"{field}: not supported yet")
+
+
+def _refuse_set(m: Obj, prefix: str, fields: tuple[str, ...]) -> None:
+    """Fields the core does not model: set (not null, not empty), the object is refused."""
+    for f in fields:
+        v = m.get(f)
+        if v is not None and v != [] and v != {} and v is not False:
+            raise _unsupported(f"{prefix}.{f}")
+
+
+def _selectors(v: object, field: str) -> tuple[Selector, ...]:
+    out: list[Selector] = []
+    for i, s in enumerate(as_list(v, field)):
+        f = f"{field}[{i}]"
+        sel = as_map(s, f)
+        if s is None or sel.get("cel") is None:
+            raise SpecError(f"{f}.cel: expected an object with an expression")
+        cel = as_map(sel.get("cel"), f"{f}.cel")
+        expression = cel.get("expression")
+        if not isinstance(expression, str):
+            raise SpecError(f"{f}.cel.expression: expected a string, got {as_written(expression)}")
+        compiled = compile_selector(expression)
+        if isinstance(compiled, str):
+            raise SpecError(f"{f}.cel.expression: {compiled}")
+        out.append(compiled)
+    return tuple(out)
+
+
+def _name(obj: object) -> str:
+    _, name, _, _ = identity(obj)
+    return name
+
+
+# ---- DeviceClass ----------------------------------------------------------------------------
+def device_class_from(obj: object) -> DeviceClass | DraError:
+    """A DeviceClass (cluster-scoped): its name and compiled ``spec.selectors``."""
+    name = _name(obj)
+    try:
+        m = as_map(obj, "object")
+        meta = as_map(m.get("metadata"), "metadata")
+        name = nonempty_str(meta.get("name"), "metadata.name")
+        spec = as_map(m.get("spec"), "spec")
+        _refuse_set(spec, "spec", ("config", "extendedResourceName"))
+        return DeviceClass(name, _selectors(spec.get("selectors"), "spec.selectors"))
+    except (SpecError, QuantityError, TypeError, ValueError) as e:
+        return DraError(name, str(e))
+    except Exception as e:  # never raise on what the API server sends
+        return DraError(name, unreadable(e))
+
+
+# ---- ResourceSlice --------------------------------------------------------------------------
+def _qualified(name: object, driver: str, field: str) -> str:
+    n = nonempty_str(name, field)
+    if n.count("/") > 1 or n.startswith("/") or n.endswith("/"):
+        raise SpecError(f"{field}: expected <name> or <domain>/<name>, got {as_written(n)}")
+    return n if "/" in n else f"{driver}/{n}"
+
+
+def _attribute(v: object, field: str) -> AttributeValue:
+    a = as_map(v, field)
+    kinds = [k for k in ("string", "int", "bool", "version") if a.get(k) is not None]
+    if len(kinds) != 1:
+        raise SpecError(f"{field}: expected exactly one of string, int, bool, version")
+    kind = kinds[0]
+    value = a[kind]
+    if kind == "int":
+        return integer(value, f"{field}.int", _INT64_MIN, _INT64_MAX)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise SpecError(f"{field}.bool: expected a boolean, got {as_written(value)}")
+        return value
+    if not isinstance(value, str):
+        raise SpecError(f"{field}.{kind}: expected a string, got {as_written(value)}")
+    if kind == "version":
+        if parse_semver(value) is None:
+            raise SpecError(f"{field}.version: not a semantic version: {as_written(value)}")
+        return Version(value)
+    return value
+
+
+def _capacity(v: object, field: str) -> int:
+    c = as_map(v, field)
+    _refuse_set(c, field, ("requestPolicy",))
+    q = parse_quantity(c.get("value"), f"{field}.value")
+    if q.denominator != 1:
+        raise SpecError(f"{field}.value: a fraction is not supported yet, got {q}")
+    return int(q)
+
+
+_DEVICE_UNSUPPORTED = (
+    "taints",
+    "consumesCounters",
+    "nodeName",
+    "nodeSelector",
+    "allNodes",
+    "bindsToNode",
+    "bindingConditions",
+    "bindingFailureConditions",
+    "allowMultipleAllocations",
+    "basic",
+)
+
+
+def _device(v: object, field: str, driver: str, pool: str, node: str) -> Device:
+    if v is None:
+        raise SpecError(f"{field}: expected an object, got null")
+    d = as_map(v, field)
+    name = nonempty_str(d.get("name"), f"{field}.name")
+    _refuse_set(d, field, _DEVICE_UNSUPPORTED)
+    attributes: dict[str, AttributeValue] = {}
+    for k, a in as_map(d.get("attributes"), f"{field}.attributes").items():
+        f = f"{field}.attributes[{as_written(k)}]"
+        attributes[_qualified(k, driver, f)] = _attribute(a, f)
+    capacity: dict[str, int] = {}
+    for k, c in as_map(d.get("capacity"), f"{field}.capacity").items():
+        f = f"{field}.capacity[{as_written(k)}]"
+        capacity[_qualified(k, driver, f)] = _capacity(c, f)
+    return Device(DeviceId(driver, pool, name), node, attributes, capacity)
+
+
+def resource_slice_from(obj: object) -> ResourceSlice | DraError:
+    """A node-local ResourceSlice (``spec.nodeName``) and its devices; slices for all nodes or
+    a node selector, and what the core does not model (taints, counters), are refused."""
+    name = _name(obj)
+    try:
+        m = as_map(obj, "object")
+        meta = as_map(m.get("metadata"), "metadata")
+        name = nonempty_str(meta.get("name"), "metadata.name")
+        spec = as_map(m.get("spec"), "spec")
+        driver = nonempty_str(spec.get("driver"), "spec.driver")
+        pool = as_map(spec.get("pool"), "spec.pool")
+        pool_name = nonempty_str(pool.get("name"), "spec.pool.name")
+        generation = integer(pool.get("generation", 0), "spec.pool.generation", 0, _INT64_MAX)
+        count = integer(
+            pool.get("resourceSliceCount", 1), "spec.pool.resourceSliceCount", 1, _INT64_MAX
+        )
+        _refuse_set(spec, "spec", ("allNodes", "nodeSelector", "perDeviceNodeSelection"))
+        _refuse_set(spec, "spec", ("sharedCounters",))
+        node = nonempty_str(spec.get("nodeName"), "spec.nodeName")
+        devices = tuple(
+            _device(d, f"spec.devices[{i}]", driver, pool_name, node)
+            for i, d in enumerate(as_list(spec.get("devices"), "spec.devices"))
+        )
+        names = [d.id.name for d in devices]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SpecError(f"spec.devices: device {as_written(dup)} is listed twice")
+        return ResourceSlice(name, driver, pool_name, generation, count, node, devices)
+    except (SpecError, QuantityError, TypeError, ValueError) as e:
+        return DraError(name, str(e))
+    except Exception as e:
+        return DraError(name, unreadable(e))
+
+
+# ---- ResourceClaim --------------------------------------------------------------------------
+_REQUEST_UNSUPPORTED = ("tolerations", "capacity")
+
+
+def _exact(r: Obj, field: str, *, admin: bool) -> ExactRequest:
+    device_class = nonempty_str(r.get("deviceClassName"), f"{field}.deviceClassName")
+    _refuse_set(r, field, _REQUEST_UNSUPPORTED)
+    selectors = _selectors(r.get("selectors"), f"{field}.selectors")
+    mode = r.get("allocationMode", "ExactCount")
+    if mode not in ("ExactCount", "All"):
+        raise SpecError(
+            f"{field}.allocationMode: must be ExactCount or All, got {as_written(mode)}"
+        )
+    if mode == "All":
+        if r.get("count") is not None:
+            raise SpecError(f"{field}.count: must not be set with allocationMode All")
+        count = 0
+    else:
+        count = integer(r.get("count", 1), f"{field}.count", 1, MAX_COUNT)
+    admin_access = False
+    if admin:
+        a = r.get("adminAccess")
+        if a is not None and not isinstance(a, bool):
+            raise SpecError(f"{field}.adminAccess: expected a boolean, got {as_written(a)}")
+        admin_access = bool(a)
+    elif r.get("adminAccess") is not None:
+        raise SpecError(f"{field}.adminAccess: not allowed in a sub-request")
+    return ExactRequest(
+        device_class, selectors, AllocationMode(mode), count if count else 1, admin_access
+    )
+
+
+def _request(v: object, field: str) -> DeviceRequest:
+    if v is None:
+        raise SpecError(f"{field}: expected an object, got null")
+    r = as_map(v, field)
+    name = nonempty_str(r.get("name"), f"{field}.name")
+    exactly, first = r.get("exactly"), r.get("firstAvailable")
+    if (exactly is None) == (first is None):
+        raise SpecError(f"{field}: expected exactly one of exactly, firstAvailable")
+    if exactly is not None:
+        return DeviceRequest(
+            name,
+            exactly=_exact(as_map(exactly, f"{field}.exactly"), f"{field}.exactly", admin=True),
+        )
+    subs: list[tuple[str, ExactRequest]] = []
+    for i, s in enumerate(as_list(first, f"{field}.firstAvailable")):
+        f = f"{field}.firstAvailable[{i}]"
+        if s is None:
+            raise SpecError(f"{f}: expected an object, got null")
+        sub = as_map(s, f)
+        sub_name = nonempty_str(sub.get("name"), f"{f}.name")
+        if any(n == sub_name for n, _ in subs):
+            raise SpecError(f"{f}.name: {as_written(sub_name)} is used twice")
+        subs.append((sub_name, _exact(sub, f, admin=False)))
+    if not subs:
+        raise SpecError(f"{field}.firstAvailable: expected at least one sub-request")
+    return DeviceRequest(name, first_available=tuple(subs))
+
+
+def _constraint(v: object, field: str, requests: set[str]) -> MatchAttribute:
+    if v is None:
+        raise SpecError(f"{field}: expected an object, got null")
+    c = as_map(v, field)
+    _refuse_set(c, field, ("distinctAttribute",))
+    attribute = nonempty_str(c.get("matchAttribute"), f"{field}.matchAttribute")
+    if attribute.count("/") != 1 or attribute.startswith("/") or attribute.endswith("/"):
+        raise SpecError(
+            f"{field}.matchAttribute: expected <domain>/<name>, got {as_written(attribute)}"
+        )
+    names = tuple(
+        nonempty_str(x, f"{field}.requests[{i}]")
+        for i, x in enumerate(as_list(c.get("requests"), f"{field}.requests"))
+    )
+    for i, n in enumerate(names):
+        if n.split("/", 1)[0] not in requests:
+            raise SpecError(f"{field}.requests[{i}]: no request {as_written(n)}")
+    return MatchAttribute(attribute, names)
+
+
+def _node_of(selector: object, field: str) -> str:
+    """The one node an allocation's ``nodeSelector`` names (``matchFields`` on
+    ``metadata.name``, as kube-scheduler writes it, or a hostname label)."""
+    terms = as_list(as_map(selector, field).get("nodeSelectorTerms"), f"{field}.nodeSelectorTerms")
+    if len(terms) == 1:
+        t = as_map(terms[0], f"{field}.nodeSelectorTerms[0]")
+        fields = as_list(t.get("matchFields"), "matchFields")
+        exprs = as_list(t.get("matchExpressions"), "matchExpressions")
+        reqs = [(r, "metadata.name") for r in fields] + [
+            (r, "kubernetes.io/hostname") for r in exprs
+        ]
+        if len(reqs) == 1:
+            r, key = reqs[0]
+            req = as_map(r, f"{field}.nodeSelectorTerms[0]")
+            values = as_list(req.get("values"), "values")
+            if (
+                req.get("key") == key
+                and req.get("operator") == "In"
+                and len(values) == 1
+                and isinstance(values[0], str)
+                and values[0]
+            ):
+                return values[0]
+    raise _unsupported(f"{field}: a selector other than one node")
+
+
+def _allocation(v: object, field: str) -> ClaimAllocation:
+    a = as_map(v, field)
+    if a.get("nodeSelector") is None:
+        raise _unsupported(f"{field}.nodeSelector: an allocation for every node")
+    node = _node_of(a.get("nodeSelector"), f"{field}.nodeSelector")
+    devices = as_map(a.get("devices"), f"{field}.devices")
+    results: list[tuple[str, DeviceId]] = []
+    for i, r in enumerate(as_list(devices.get("results"), f"{field}.devices.results")):
+        f = f"{field}.devices.results[{i}]"
+        if r is None:
+            raise SpecError(f"{f}: expected an object, got null")
+        res = as_map(r, f)
+        results.append(
+            (
+                nonempty_str(res.get("request"), f"{f}.request"),
+                DeviceId(
+                    nonempty_str(res.get("driver"), f"{f}.driver"),
+                    nonempty_str(res.get("pool"), f"{f}.pool"),
+                    nonempty_str(res.get("device"), f"{f}.device"),
+                ),
+            )
+        )
+    return ClaimAllocation(node, tuple(results))
+
+
+def _reserved_for(v: object, field: str) -> tuple[str, ...]:
+    out: list[str] = []
+    for i, r in enumerate(as_list(v, field)):
+        f = f"{field}[{i}]"
+        out.append(nonempty_str(as_map(r, f).get("uid"), f"{f}.uid"))
+    return tuple(out)
+
+
+def resource_claim_from(obj: object) -> Claim | DraError:
+    """A ResourceClaim: its requests and constraints, its allocation when one was written (on
+    one node), and the uids it is reserved for."""
+    ns, name, _, _ = identity(obj)
+    key = f"{ns}/{name}"
+    try:
+        m = as_map(obj, "object")
+        meta = as_map(m.get("metadata"), "metadata")
+        name = nonempty_str(meta.get("name"), "metadata.name")
+        uid = meta.get("uid")
+        uid = uid if isinstance(uid, str) and uid else key
+        spec = as_map(m.get("spec"), "spec")
+        devices = as_map(spec.get("devices"), "spec.devices")
+        _refuse_set(devices, "spec.devices", ("config",))
+        requests = tuple(
+            _request(r, f"spec.devices.requests[{i}]")
+            for i, r in enumerate(as_list(devices.get("requests"), "spec.devices.requests"))
+        )
+        names = [r.name for r in requests]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise SpecError(f"spec.devices.requests: {as_written(dup)} is used twice")
+        constraints = tuple(
+            _constraint(c, f"spec.devices.constraints[{i}]", set(names))
+            for i, c in enumerate(as_list(devices.get("constraints"), "spec.devices.constraints"))
+        )
+        status = as_map(m.get("status"), "status")
+        alloc = status.get("allocation")
+        allocation = None if alloc is None else _allocation(alloc, "status.allocation")
+        return Claim(
+            ns,
+            name,
+            uid,
+            requests,
+            constraints,
+            allocation,
+            _reserved_for(status.get("reservedFor"), "status.reservedFor"),
+        )
+    except (SpecError, QuantityError, TypeError, ValueError) as e:
+        return DraError(key, str(e))
+    except Exception as e:
+        return DraError(key, unreadable(e))

@@ -1,0 +1,484 @@
+"""DRA objects (gangsched.api.dra) as NVIDIA's DRA driver and kube-scheduler write them: what is
+read, what is refused naming the field, and hostile input, which never raises."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from gangsched.api.dra import (
+    DraError,
+    ResourceSlice,
+    device_class_from,
+    resource_claim_from,
+    resource_slice_from,
+)
+from gangsched.core.resourceclaims import (
+    AllocationMode,
+    Claim,
+    ClaimAllocation,
+    DeviceClass,
+    DeviceId,
+    MatchAttribute,
+    Version,
+)
+
+NV = "gpu.nvidia.com"
+GI = 2**30
+
+DEVICE_CLASS: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                }
+            }
+        ]
+    },
+}
+
+
+def _gpu(i: int) -> dict[str, Any]:
+    return {
+        "name": f"gpu-{i}",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "productName": {"string": "NVIDIA A100-SXM4-40GB"},
+            "architecture": {"string": "Ampere"},
+            "brand": {"string": "Nvidia"},
+            "index": {"int": i},
+            "uuid": {"string": f"GPU-4b7f3a9c-0000-1111-2222-33334444555{i}"},
+            "driverVersion": {"version": "550.54.15"},
+            "cudaComputeCapability": {"version": "8.0.0"},
+            "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"},
+        },
+        "capacity": {"memory": {"value": "40Gi"}},
+    }
+
+
+SLICE: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "metadata": {"name": "node-a-gpu.nvidia.com-x7k2p"},
+    "spec": {
+        "driver": NV,
+        "nodeName": "node-a",
+        "pool": {"name": "node-a", "generation": 3, "resourceSliceCount": 1},
+        "devices": [_gpu(0), _gpu(1)],
+    },
+}
+
+CLAIM: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "train-0-gpus", "namespace": "ml", "uid": "c1a1"},
+    "spec": {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpus",
+                    "exactly": {
+                        "deviceClassName": "gpu.nvidia.com",
+                        "selectors": [
+                            {
+                                "cel": {
+                                    "expression": "device.capacity['gpu.nvidia.com'].memory"
+                                    ".compareTo(quantity('40Gi')) >= 0"
+                                }
+                            }
+                        ],
+                        "allocationMode": "ExactCount",
+                        "count": 2,
+                    },
+                },
+                {
+                    "name": "nic",
+                    "firstAvailable": [
+                        {"name": "fast", "deviceClassName": "rdma", "count": 1},
+                        {"name": "any", "deviceClassName": "nic", "allocationMode": "All"},
+                    ],
+                },
+            ],
+            "constraints": [
+                {"requests": ["gpus"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}
+            ],
+        }
+    },
+    "status": {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpus", "driver": NV, "pool": "node-a", "device": "gpu-0"},
+                    {"request": "gpus", "driver": NV, "pool": "node-a", "device": "gpu-1"},
+                    {
+                        "request": "nic/any",
+                        "driver": "nic.example.com",
+                        "pool": "node-a",
+                        "device": "eth1",
+                    },
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-a"]}
+                        ]
+                    }
+                ]
+            },
+        },
+        "reservedFor": [{"resource": "pods", "name": "train-0", "uid": "p0"}],
+    },
+}
+
+
+def patched(obj: dict[str, Any], path: str, value: object) -> dict[str, Any]:
+    """A copy with ``value`` at ``path`` (dots; ``[i]`` for list items); ``...`` deletes."""
+    out = copy.deepcopy(obj)
+    node: Any = out
+    parts = path.replace("[", ".[").split(".")
+    for p in parts[:-1]:
+        node = node[int(p[1:-1])] if p.startswith("[") else node.setdefault(p, {})
+    last = parts[-1]
+    key: Any = int(last[1:-1]) if last.startswith("[") else last
+    if value is ...:
+        del node[key]
+    else:
+        node[key] = value
+    return out
+
+
+def error(result: object) -> str:
+    assert isinstance(result, DraError), result
+    return result.reason
+
+
+# ---- DeviceClass ----------------------------------------------------------------------------
+def test_device_class() -> None:
+    dc = device_class_from(DEVICE_CLASS)
+    assert isinstance(dc, DeviceClass)
+    assert dc.name == "gpu.nvidia.com"
+    assert [s.expression for s in dc.selectors] == [
+        DEVICE_CLASS["spec"]["selectors"][0]["cel"]["expression"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            "spec.config",
+            [{"opaque": {"driver": NV, "parameters": {}}}],
+            "spec.config: not supported yet",
+        ),
+        (
+            "spec.extendedResourceName",
+            "example.com/gpu",
+            "spec.extendedResourceName: not supported",
+        ),
+        (
+            "spec.selectors[0].cel.expression",
+            "lowerAscii(device.driver) == 'x'",
+            "spec.selectors[0].cel.expression: function lowerAscii is not supported",
+        ),
+        ("spec.selectors[0].cel.expression", "device.driver ==", "cannot parse"),
+        (
+            "spec.selectors[0].cel.expression",
+            7,
+            "spec.selectors[0].cel.expression: expected a string",
+        ),
+        ("spec.selectors[0].cel", ..., "spec.selectors[0].cel: expected an object"),
+        ("spec.selectors", "all", "spec.selectors: expected a list"),
+        ("metadata.name", ..., "metadata.name: expected a non-empty string"),
+    ],
+)
+def test_device_class_refused(path: str, value: object, message: str) -> None:
+    assert message in error(device_class_from(patched(DEVICE_CLASS, path, value)))
+
+
+# ---- ResourceSlice --------------------------------------------------------------------------
+def test_resource_slice() -> None:
+    s = resource_slice_from(SLICE)
+    assert isinstance(s, ResourceSlice)
+    assert (s.name, s.driver, s.pool, s.generation, s.slice_count, s.node) == (
+        "node-a-gpu.nvidia.com-x7k2p",
+        NV,
+        "node-a",
+        3,
+        1,
+        "node-a",
+    )
+    d = s.devices[1]
+    assert d.id == DeviceId(NV, "node-a", "gpu-1")
+    assert d.node == "node-a"
+    assert d.attributes[f"{NV}/productName"] == "NVIDIA A100-SXM4-40GB"
+    assert d.attributes[f"{NV}/index"] == 1
+    assert d.attributes["resource.kubernetes.io/pcieRoot"] == "pci0000:00"
+    version = d.attributes[f"{NV}/driverVersion"]
+    assert isinstance(version, Version)
+    assert version == "550.54.15"
+    assert d.capacity == {f"{NV}/memory": 40 * GI}
+
+
+def test_the_class_selects_the_slices_devices() -> None:
+    dc = device_class_from(DEVICE_CLASS)
+    s = resource_slice_from(SLICE)
+    assert isinstance(dc, DeviceClass)
+    assert isinstance(s, ResourceSlice)
+    assert all(sel.matches(d) for sel in dc.selectors for d in s.devices)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("spec.nodeName", ..., "spec.nodeName: expected a non-empty string"),
+        ("spec.allNodes", True, "spec.allNodes: not supported yet"),
+        ("spec.nodeSelector", {"nodeSelectorTerms": []}, "spec.nodeSelector: not supported yet"),
+        ("spec.sharedCounters", [{"name": "c"}], "spec.sharedCounters: not supported yet"),
+        ("spec.perDeviceNodeSelection", True, "spec.perDeviceNodeSelection: not supported"),
+        ("spec.driver", "", "spec.driver: expected a non-empty string"),
+        ("spec.pool.name", None, "spec.pool.name: expected a non-empty string"),
+        ("spec.pool.generation", -1, "spec.pool.generation: must be >= 0"),
+        (
+            "spec.devices[0].taints",
+            [{"key": "k", "effect": "NoSchedule"}],
+            "spec.devices[0].taints: not supported yet",
+        ),
+        (
+            "spec.devices[0].consumesCounters",
+            [{"counterSet": "s"}],
+            "spec.devices[0].consumesCounters: not supported yet",
+        ),
+        (
+            "spec.devices[0].allowMultipleAllocations",
+            True,
+            "allowMultipleAllocations: not supported",
+        ),
+        (
+            "spec.devices[0].capacity.memory.requestPolicy",
+            {"default": "1Gi"},
+            "spec.devices[0].capacity['memory'].requestPolicy: not supported yet",
+        ),
+        ("spec.devices[0].capacity.memory.value", "1.5", "a fraction is not supported yet"),
+        (
+            "spec.devices[0].capacity.memory.value",
+            "lots",
+            "spec.devices[0].capacity['memory'].value",
+        ),
+        ("spec.devices[0].attributes.index", {"int": 2**63}, "attributes['index'].int: must be <="),
+        (
+            "spec.devices[0].attributes.index",
+            {"int": "0"},
+            "attributes['index'].int: expected an integer",
+        ),
+        ("spec.devices[0].attributes.index", {"int": 1, "string": "1"}, "expected exactly one of"),
+        ("spec.devices[0].attributes.index", {}, "expected exactly one of"),
+        (
+            "spec.devices[0].attributes.brand",
+            {"bool": "yes"},
+            "attributes['brand'].bool: expected a boolean",
+        ),
+        (
+            "spec.devices[0].attributes.driverVersion",
+            {"version": "550.54"},
+            "not a semantic version",
+        ),
+        (
+            "spec.devices[0].attributes.type",
+            {"string": 5},
+            "attributes['type'].string: expected a string",
+        ),
+        ("spec.devices[0].attributes.a/b/c", {"string": "x"}, "expected <name> or <domain>/<name>"),
+        ("spec.devices[0].name", "gpu-1", "device 'gpu-1' is listed twice"),
+        ("spec.devices[0]", None, "spec.devices[0]: expected an object, got null"),
+        ("spec.devices", {"gpu-0": {}}, "spec.devices: expected a list"),
+    ],
+)
+def test_resource_slice_refused(path: str, value: object, message: str) -> None:
+    assert message in error(resource_slice_from(patched(SLICE, path, value)))
+
+
+# ---- ResourceClaim --------------------------------------------------------------------------
+def test_resource_claim() -> None:
+    c = resource_claim_from(CLAIM)
+    assert isinstance(c, Claim)
+    assert (c.key, c.uid) == ("ml/train-0-gpus", "c1a1")
+    gpus, nic = c.requests
+    assert gpus.name == "gpus" and gpus.exactly is not None
+    assert (gpus.exactly.device_class, gpus.exactly.mode, gpus.exactly.count) == (
+        "gpu.nvidia.com",
+        AllocationMode.EXACT_COUNT,
+        2,
+    )
+    assert len(gpus.exactly.selectors) == 1
+    assert [(n, r.device_class, r.mode) for n, r in nic.first_available] == [
+        ("fast", "rdma", AllocationMode.EXACT_COUNT),
+        ("any", "nic", AllocationMode.ALL),
+    ]
+    assert c.constraints == (MatchAttribute("resource.kubernetes.io/pcieRoot", ("gpus",)),)
+    assert c.allocation == ClaimAllocation(
+        "node-a",
+        (
+            ("gpus", DeviceId(NV, "node-a", "gpu-0")),
+            ("gpus", DeviceId(NV, "node-a", "gpu-1")),
+            ("nic/any", DeviceId("nic.example.com", "node-a", "eth1")),
+        ),
+    )
+    assert c.reserved_for == ("p0",)
+
+
+def test_a_claim_not_allocated_yet() -> None:
+    c = resource_claim_from(patched(CLAIM, "status", ...))
+    assert isinstance(c, Claim)
+    assert c.allocation is None and c.reserved_for == ()
+
+
+def test_admin_access_and_the_hostname_label() -> None:
+    c = resource_claim_from(
+        patched(
+            patched(CLAIM, "spec.devices.requests[0].exactly.adminAccess", True),
+            "status.allocation.nodeSelector.nodeSelectorTerms",
+            [
+                {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}
+                    ]
+                }
+            ],
+        )
+    )
+    assert isinstance(c, Claim)
+    assert c.requests[0].exactly is not None and c.requests[0].exactly.admin_access
+    assert c.allocation is not None and c.allocation.node == "node-b"
+
+
+R0 = "spec.devices.requests[0]"
+R1 = "spec.devices.requests[1]"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (
+            "spec.devices.config",
+            [{"opaque": {"driver": NV, "parameters": {}}}],
+            "spec.devices.config: not supported yet",
+        ),
+        (
+            f"{R0}.exactly.tolerations",
+            [{"operator": "Exists"}],
+            f"{R0}.exactly.tolerations: not supported yet",
+        ),
+        (
+            f"{R0}.exactly.capacity",
+            {"requests": {"memory": "1Gi"}},
+            f"{R0}.exactly.capacity: not supported yet",
+        ),
+        (
+            f"{R1}.firstAvailable[0].tolerations",
+            [{"operator": "Exists"}],
+            f"{R1}.firstAvailable[0].tolerations: not supported yet",
+        ),
+        (
+            "spec.devices.constraints[0].distinctAttribute",
+            "gpu.nvidia.com/uuid",
+            "spec.devices.constraints[0].distinctAttribute: not supported yet",
+        ),
+        (
+            f"{R0}.exactly.selectors[0].cel.expression",
+            "semver('1.0.0').major() == ip('x')",
+            f"{R0}.exactly.selectors[0].cel.expression: function ip is not supported",
+        ),
+        (f"{R0}.exactly.count", 0, f"{R0}.exactly.count: must be >= 1"),
+        (f"{R0}.exactly.count", 10**30, f"{R0}.exactly.count: must be <= 32"),
+        (f"{R0}.exactly.count", "2", f"{R0}.exactly.count: expected an integer"),
+        (f"{R0}.exactly.allocationMode", "Some", "allocationMode: must be ExactCount or All"),
+        (f"{R0}.exactly.adminAccess", "yes", "adminAccess: expected a boolean"),
+        (f"{R1}.firstAvailable[0].adminAccess", True, "not allowed in a sub-request"),
+        (f"{R1}.firstAvailable[1].count", 3, "count: must not be set with allocationMode All"),
+        (f"{R1}.firstAvailable[1].name", "fast", "'fast' is used twice"),
+        (f"{R1}.firstAvailable", [], f"{R1}.firstAvailable: expected at least one"),
+        (
+            f"{R1}.exactly",
+            {"deviceClassName": "x"},
+            "expected exactly one of exactly, firstAvailable",
+        ),
+        (f"{R0}.exactly", ..., "expected exactly one of exactly, firstAvailable"),
+        (f"{R0}.exactly.deviceClassName", None, "deviceClassName: expected a non-empty string"),
+        (f"{R1}.name", "gpus", "'gpus' is used twice"),
+        ("spec.devices.constraints[0].requests", ["gpu"], "no request 'gpu'"),
+        ("spec.devices.constraints[0].matchAttribute", "pcieRoot", "expected <domain>/<name>"),
+        ("status.allocation.nodeSelector", ..., "an allocation for every node: not supported yet"),
+        (
+            "status.allocation.nodeSelector.nodeSelectorTerms[0].matchFields[0].values",
+            ["node-a", "node-b"],
+            "a selector other than one node: not supported yet",
+        ),
+        (
+            "status.allocation.devices.results[0].device",
+            5,
+            "results[0].device: expected a non-empty",
+        ),
+        ("status.reservedFor[0].uid", None, "status.reservedFor[0].uid"),
+        ("spec.devices.requests", {"gpus": {}}, "spec.devices.requests: expected a list"),
+    ],
+)
+def test_resource_claim_refused(path: str, value: object, message: str) -> None:
+    result = resource_claim_from(patched(CLAIM, path, value))
+    assert message in error(result)
+    assert isinstance(result, DraError) and result.key == "ml/train-0-gpus"
+
+
+def test_a_request_for_a_sub_request_may_be_constrained() -> None:
+    c = resource_claim_from(patched(CLAIM, "spec.devices.constraints[0].requests", ["nic/fast"]))
+    assert isinstance(c, Claim)
+
+
+# ---- hostile input ----------------------------------------------------------------------------
+HOSTILE: list[object] = [
+    None,
+    [],
+    "ResourceClaim",
+    10**5000,
+    {"metadata": []},
+    {"metadata": {"name": ["x"]}},
+    {"metadata": {"name": "x"}, "spec": "everything"},
+    {"metadata": {"name": "x"}, "spec": {"devices": {"requests": [None, 5, "x"]}}},
+    {"metadata": {"name": "x"}, "spec": {"devices": [{"name": "d"}]}},
+    {"metadata": {"name": "x"}, "status": {"allocation": []}},
+    {
+        "metadata": {"name": "x"},
+        "spec": {
+            "driver": NV,
+            "nodeName": "n",
+            "pool": {"name": "p"},
+            "devices": [{"name": "d", "attributes": {"a": None}}],
+        },
+    },
+    {
+        "metadata": {"name": "x"},
+        "spec": {
+            "driver": NV,
+            "nodeName": "n",
+            "pool": {"name": "p"},
+            "devices": [{"name": "d", "capacity": {"m": {"value": "9" * 10_000}}}],
+        },
+    },
+    {"metadata": {"name": "x"}, "spec": {"selectors": [{"cel": {"expression": "(" * 5000}}]}},
+]
+
+
+@pytest.mark.parametrize("obj", HOSTILE, ids=range(len(HOSTILE)))
+def test_hostile_input_never_raises(obj: object) -> None:
+    for reader in (device_class_from, resource_slice_from, resource_claim_from):
+        result = reader(obj)
+        if isinstance(result, DraError):
+            assert result.reason
