@@ -20,15 +20,17 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
+from gangsched.api.dra import ResourceSlice
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import (
     BindGang,
     Binding,
+    ClaimWrite,
     Decision,
     DeviceConflict,
     Evict,
@@ -41,6 +43,7 @@ from gangsched.core.decisions import (
 )
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangMode, Node, Pod, PodPhase
+from gangsched.core.resourceclaims import Claim, DeviceClass, DeviceId
 from gangsched.core.resources import ResourceList, add_into, sub_into
 from gangsched.core.scheduler import Scheduler
 from gangsched.sim.jobs import SimJob
@@ -74,6 +77,7 @@ class SimResult:
     member_losses: int = 0  # MemberLoss decisions: a running gang fell below its quorum
     pods_restarted: int = 0  # members deleted by RestartGang (then made again)
     member_failures: int = 0  # members failed on purpose (the workload's memberFailures)
+    claims_allocated: int = 0  # resource claims whose allocation a binding wrote
     gpu: GpuTally | None = None  # the devices at the end of the run, and the key moments
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> its labels
     topology_levels: tuple[str, ...] = ()  # the configured topology levels, largest first
@@ -150,6 +154,8 @@ class Simulation:
         config: CoreConfig,
         until: float | None = None,
         grace: float = 0.0,
+        device_classes: Sequence[DeviceClass] = (),
+        slices: Sequence[ResourceSlice] = (),
     ) -> None:
         self.clock = FakeClock(0.0)
         self.scheduler = Scheduler(config, self.clock)
@@ -183,6 +189,13 @@ class Simulation:
         self.device_conflicts = 0  # running pods whose device records over-commit a device
         self._finish_at: dict[str, float] = {}  # job key -> when its current run ends
         self._recreated = 0
+        # Dynamic Resource Allocation: the device classes and slices, each claim as made and
+        # the devices allocated by the claims written (the truth a double allocation breaks)
+        self._device_classes = tuple(device_classes)
+        self._slices = tuple(slices)
+        self._claims: dict[str, Claim] = {}
+        self._allocated: dict[DeviceId, str] = {}
+        self.claims_allocated = 0
         self.member_losses = 0
         self.pods_restarted = 0
         self.member_failures = 0
@@ -193,6 +206,10 @@ class Simulation:
         t0 = time.perf_counter()
         for n in self.nodes.values():
             self.scheduler.node_upsert(n)
+        for dc in self._device_classes:
+            self.scheduler.device_class_upsert(dc)
+        for sl in self._slices:
+            self.scheduler.resource_slice_upsert(sl.name, sl.devices)
         for j in self.jobs:
             self._push(j.arrival, ARRIVE, j.key)
             for p in j.pods:
@@ -275,6 +292,7 @@ class Simulation:
             member_losses=self.member_losses,
             pods_restarted=self.pods_restarted,
             member_failures=self.member_failures,
+            claims_allocated=self.claims_allocated,
             gpu=self.gpu,
             node_labels={name: dict(n.labels) for name, n in self.nodes.items()},
             topology_levels=self.config.topology_levels,
@@ -286,6 +304,10 @@ class Simulation:
         heapq.heappush(self._events, (t, kind, self._seq, key))
 
     def _arrive(self, job: SimJob) -> None:
+        for made in job.claims.values():
+            for c in made:
+                self._claims[c.key] = c
+                self.scheduler.resource_claim_upsert(c)
         if job.spec is not None:
             self.scheduler.gang_upsert(job.spec)
         for p in job.pods:
@@ -305,6 +327,7 @@ class Simulation:
             return
         done = replace(pod, phase=PodPhase.SUCCEEDED)
         self.pods[uid] = done
+        self._release_claims(pod)
         sub_into(self.used[pod.node_name], pod.requests)
         self.gpu.give(pod.node_name, pod, self.devices_of.pop(uid, ()))
         self.scheduler.pod_upsert(done)
@@ -318,6 +341,8 @@ class Simulation:
             self.decisions += 1
             match d:
                 case BindGang():
+                    for w in d.claims:
+                        self._write_claim(w)
                     for b in d.bindings:
                         self._bind(b)
                         bound_any = True
@@ -449,6 +474,7 @@ class Simulation:
             job.bound_pods.discard(uid)
             failed = replace(pod, phase=PodPhase.FAILED)
             self.pods[uid] = failed
+            self._release_claims(pod)
             self.scheduler.pod_upsert(failed)
             self._recreate(job, pod)
         self._stopped_if_short(job)
@@ -469,6 +495,7 @@ class Simulation:
         job.bound_pods.discard(uid)
         # Kept in the record as it ended (evicted), though the API no longer has it.
         self.pods[uid] = replace(pod, phase=PodPhase.FAILED)
+        self._release_claims(pod)
         self.scheduler.pod_delete(uid)
         self._recreate(job, pod)
         self._stopped_if_short(job)
@@ -498,11 +525,55 @@ class Simulation:
             deleting=False,
             gpu_devices=(),
         )
+        if gone.resource_claims:
+            fresh = replace(fresh, resource_claims=self._claims_again(job, gone, fresh))
         job.pods = [fresh if p.uid == gone.uid else p for p in job.pods]
         self.pods[fresh.uid] = fresh
         self.job_of[fresh.uid] = job
         self.scheduler.pod_upsert(fresh)
         return fresh
+
+    # ---- Dynamic Resource Allocation ---------------------------------------------------------
+    def _write_claim(self, w: ClaimWrite) -> None:
+        """PreBind: the claim's allocation written, as the adapter writes ``status.allocation``;
+        a device another written claim holds marks the node (a double allocation)."""
+        for dev in w.allocation.devices:
+            holder = self._allocated.get(dev)
+            if holder is not None and holder != w.claim:
+                self.overcommitted.add(w.allocation.node)
+            self._allocated[dev] = w.claim
+        claim = replace(self._claims[w.claim], allocation=w.allocation, reserved_for=w.pods)
+        self._claims[w.claim] = claim
+        self.claims_allocated += 1
+        self.scheduler.resource_claim_upsert(claim)
+
+    def _release_claims(self, pod: Pod) -> None:
+        """The pod finished or went: its claims (made for it from templates) are deallocated
+        and deleted, as the resourceclaim controller does."""
+        for key in pod.resource_claims:
+            claim = self._claims.pop(key, None)
+            if claim is not None and claim.allocation is not None:
+                for dev in claim.allocation.devices:
+                    if self._allocated.get(dev) == key:
+                        del self._allocated[dev]
+            self.scheduler.resource_claim_delete(key)
+
+    def _claims_again(self, job: SimJob, gone: Pod, fresh: Pod) -> tuple[str, ...]:
+        """New claims for a pod made again, from the same templates, under its new name."""
+        made = []
+        for k, old in enumerate(job.claims.get(gone.uid, [])):
+            c = replace(
+                old,
+                name=f"{fresh.name}-claim-{k}",
+                uid=f"{fresh.uid}-c{k}",
+                allocation=None,
+                reserved_for=(),
+            )
+            made.append(c)
+            self._claims[c.key] = c
+            self.scheduler.resource_claim_upsert(c)
+        job.claims[fresh.uid] = made
+        return tuple(c.key for c in made)
 
     def _check_gang(self, key: str) -> None:
         job = self.by_key.get(key)

@@ -9,6 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gangsched.api.dra import (
+    DraError,
+    ResourceSlice,
+    device_class_from,
+    resource_claim_from,
+    resource_slice_from,
+)
 from gangsched.api.podgroup import podgroup_from
 from gangsched.core.gpu import GPU, MILLI
 from gangsched.core.model import (
@@ -18,6 +25,7 @@ from gangsched.core.model import (
     Pod,
     Taint,
 )
+from gangsched.core.resourceclaims import Claim, DeviceClass
 from gangsched.core.resources import CPU, MEMORY, PODS
 from gangsched.sim.topology import synthesise
 from gangsched.sim.traces import TraceError, TraceTask, read_trace_nodes, read_trace_tasks
@@ -57,6 +65,8 @@ class SimJob:
     evictions: int = 0
     # (seconds after its first start, members that fail then): injected member failures
     failures: tuple[tuple[float, int], ...] = ()
+    # pod uid -> the resource claims made for it from its templates (not allocated)
+    claims: dict[str, list[Claim]] = field(default_factory=dict)
 
     @property
     def waited(self) -> float:
@@ -81,6 +91,62 @@ class SimJob:
 def capacity_milli(nodes: list[Node]) -> int:
     """The nodes' GPU capacity in milli-GPUs: 1000 per device."""
     return sum(len(n.gpus or ()) for n in nodes) * MILLI
+
+
+def build_devices(w: Workload) -> tuple[list[DeviceClass], list[ResourceSlice]]:
+    """The workload's DeviceClasses and each node's ResourceSlices, read by the scheduler's
+    own readers (gangsched.api.dra); one they refuse is a workload error naming the field."""
+    classes: list[DeviceClass] = []
+    for i, dc in enumerate(w.device_classes):
+        selectors = [{"cel": {"expression": e}} for e in dc.get("selectors", [])]
+        obj = {"metadata": {"name": dc.get("name", "")}, "spec": {"selectors": selectors}}
+        read = device_class_from(obj)
+        if isinstance(read, DraError):
+            raise WorkloadError(f"deviceClasses.{i} ({read.key}): {read.reason}")
+        classes.append(read)
+    slices: list[ResourceSlice] = []
+    for i, nd in enumerate(w.nodes):
+        if isinstance(nd, TraceNodes) or not nd.devices:
+            continue
+        for node in _expand_node(nd):
+            for k, dd in enumerate(nd.devices):
+                devices = [
+                    {
+                        "name": f"{dd.prefix}-{j}",
+                        "attributes": dd.attributes,
+                        "capacity": dd.capacity,
+                    }
+                    for j in range(dd.count)
+                ]
+                spec = {
+                    "driver": dd.driver,
+                    "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                    "nodeName": node.name,
+                    "devices": devices,
+                }
+                obj = {"metadata": {"name": f"{node.name}-{dd.driver}-{k}"}, "spec": spec}
+                got = resource_slice_from(obj)
+                if isinstance(got, DraError):
+                    raise WorkloadError(f"nodes.{i}.devices.{k}: {got.reason}")
+                slices.append(got)
+    return classes, slices
+
+
+def claims_for(pod: Pod, templates: list[dict[str, Any]], where: str) -> list[Claim]:
+    """A claim of each template for ``pod`` (``<pod>-claim-<k>``), as the resourceclaim
+    controller makes them, read by the scheduler's own claim reader."""
+    out: list[Claim] = []
+    for k, spec in enumerate(templates):
+        name = f"{pod.name}-claim-{k}"
+        obj = {
+            "metadata": {"name": name, "namespace": pod.namespace, "uid": f"{pod.uid}-c{k}"},
+            "spec": spec,
+        }
+        read = resource_claim_from(obj)
+        if isinstance(read, DraError):
+            raise WorkloadError(f"{where}.resourceClaims.{k}: {read.reason}")
+        out.append(read)
+    return out
 
 
 def build_nodes(w: Workload, base: Path) -> list[Node]:
@@ -157,32 +223,38 @@ def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:
         seq += 1
         return f"uid-{seq:07d}"
 
-    for i, g in enumerate(w.gangs):
+    for gi, g in enumerate(w.gangs):
         key = f"{g.namespace}/{g.name}"
-        spec = gang_spec(g, f"gangs.{i}")
+        spec = gang_spec(g, f"gangs.{gi}")
         pods: list[Pod] = []
-        for t in g.pods:
+        claims: dict[str, list[Claim]] = {}
+        for ti, t in enumerate(g.pods):
             placement = Placement(node_selector=tuple(sorted(t.node_selector.items())))
             for _ in range(t.count):
                 i = len(pods)
-                pods.append(
-                    Pod(
-                        uid(),
-                        g.namespace,
-                        f"{g.name}-{t.role or 'pod'}-{i}",
-                        t.as_requests() | {PODS: 1},
-                        created=g.arrival,
-                        priority=g.priority,
-                        placement=placement,
-                        group=key,
-                        role=t.role,
-                        preemption_policy=g.preemption_policy,
-                        labels=dict(t.labels),
-                        index=i,  # as a Job's completion index: slices of ``size`` go in order
-                    )
+                pod = Pod(
+                    uid(),
+                    g.namespace,
+                    f"{g.name}-{t.role or 'pod'}-{i}",
+                    t.as_requests() | {PODS: 1},
+                    created=g.arrival,
+                    priority=g.priority,
+                    placement=placement,
+                    group=key,
+                    role=t.role,
+                    preemption_policy=g.preemption_policy,
+                    labels=dict(t.labels),
+                    index=i,  # as a Job's completion index: slices of ``size`` go in order
                 )
+                if t.resource_claims:
+                    made = claims_for(pod, t.resource_claims, f"gangs.{gi}.pods.{ti}")
+                    claims[pod.uid] = made
+                    pod = replace(pod, resource_claims=tuple(c.key for c in made))
+                pods.append(pod)
         failures = tuple((f.after, f.members) for f in g.member_failures)
-        jobs.append(SimJob(key, g.arrival, g.duration, pods, spec, failures=failures))
+        jobs.append(
+            SimJob(key, g.arrival, g.duration, pods, spec, failures=failures, claims=claims)
+        )
     for p in w.pods:
         for i in range(p.repeat):
             arrival = p.arrival + i * p.every

@@ -85,6 +85,7 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "member_failures": r.member_failures,
         "member_losses": r.member_losses,
         "pods_restarted": r.pods_restarted,
+        "claims_allocated": r.claims_allocated,
         "permit_timeouts": r.timeouts,
         "cross_node_affine_pairs": cross_node_affine_pairs(r),
         **topology_figures(r),

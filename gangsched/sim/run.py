@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from gangsched.core.config import CoreConfig
 from gangsched.settings import SIMULATED_SETTINGS, Settings
 from gangsched.sim.engine import SimResult, Simulation
-from gangsched.sim.jobs import build_jobs, build_nodes, capacity_milli
+from gangsched.sim.jobs import build_devices, build_jobs, build_nodes, capacity_milli
 from gangsched.sim.report import format_summary, format_table, plot, summary
 from gangsched.sim.spread import format_spread, spread
 from gangsched.sim.workload import (
@@ -63,12 +63,15 @@ def _run(
     summary."""
     nodes = build_nodes(w, base)
     jobs = build_jobs(w, base, capacity_milli(nodes))
+    classes, slices = build_devices(w)
     sim = Simulation(
         nodes,
         jobs,
         core_config_from(settings_of(w, settings)),
         until=until,
         grace=w.termination_grace_period_seconds,
+        device_classes=classes,
+        slices=slices,
     )
     result = sim.run()
     s = summary(result, w.name)

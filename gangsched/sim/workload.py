@@ -87,6 +87,20 @@ class Resources(_Strict):
         return out
 
 
+class DevicesDef(_Strict):
+    """Devices a DRA driver publishes for each node of the entry, as one node-local
+    ResourceSlice: ``count`` devices ``<prefix>-<i>``, each with the same ``attributes`` and
+    ``capacity`` (values as a ResourceSlice writes them: ``{string: ...}``, ``{int: ...}``,
+    ``{bool: ...}``, ``{version: ...}``; ``{value: ...}`` for a capacity). Read by the
+    scheduler's own ResourceSlice reader."""
+
+    driver: str
+    count: int = Field(1, ge=1, le=1024)
+    prefix: str = "gpu"
+    attributes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    capacity: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
 class NodeDef(Resources):
     name: str
     count: int = Field(1, ge=1, le=100_000)
@@ -95,6 +109,7 @@ class NodeDef(Resources):
     pods: int = Field(110, ge=1)
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[dict[str, str]] = Field(default_factory=list)
+    devices: list[DevicesDef] = Field(default_factory=list)  # DRA devices, per node
 
     def allocatable(self) -> dict[str, int]:
         out = self.as_requests()
@@ -115,6 +130,9 @@ class PodTemplate(Resources):
     role: str = ""
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     labels: dict[str, str] = Field(default_factory=dict)  # e.g. the slice label of a slice
+    # ResourceClaimTemplates' specs as written (``{devices: {requests: [...], constraints:
+    # [...]}}``): each pod gets a claim of each, read by the scheduler's own claim reader.
+    resource_claims: list[dict[str, Any]] = Field(default_factory=list, alias="resourceClaims")
 
 
 # A node or pod label key, validated as Kubernetes validates one.
@@ -326,6 +344,9 @@ class Workload(_Strict):
     gangs: list[GangDef] = Field(default_factory=list)
     pods: list[PodDef] = Field(default_factory=list)
     trace_pods: TracePods | None = Field(None, alias="tracePods")
+    # DeviceClasses as written (``{name: ..., selectors: [CEL expression, ...]}``), for the
+    # pods' resource claims.
+    device_classes: list[dict[str, Any]] = Field(default_factory=list, alias="deviceClasses")
     settings: dict[str, Any] = Field(default_factory=dict)
     # How long an evicted (preempted) pod takes to go once its deletion is asked for.
     termination_grace_period_seconds: float = Field(
