@@ -44,6 +44,15 @@ from gangsched.core.model import (
     PodPhase,
     SpreadConstraint,
 )
+from gangsched.core.resourceclaims import (
+    Claim,
+    ClaimAllocation,
+    Device,
+    DeviceClass,
+    DeviceId,
+    DeviceRequest,
+    ExactRequest,
+)
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
 from gangsched.settings import Settings
@@ -123,6 +132,18 @@ def _constrained(pod: Pod, gang: str, constraint: str) -> Pod:
     raise ValueError(f"unknown constraint {constraint!r}; known: {', '.join(CONSTRAINTS)}")
 
 
+DRA_CLASS = "gpu.example.com"
+
+
+def _dra_devices(node: str, n: int) -> list[Device]:
+    return [Device(DeviceId(DRA_CLASS, node, f"gpu-{i}"), node) for i in range(n)]
+
+
+def _dra_claim(name: str, count: int, allocation: ClaimAllocation | None = None) -> Claim:
+    request = DeviceRequest("gpu", ExactRequest(DRA_CLASS, count=count))
+    return Claim("bench", name, f"uid-{name}", (request,), allocation=allocation)
+
+
 def bench(
     nodes: list[Node],
     pods: int,
@@ -132,7 +153,11 @@ def bench(
     profile: str = "binpack",
     levels: tuple[str, ...] = (),
     gang_topology: str = "none",
+    dra: bool = False,
 ) -> dict[str, Any]:
+    """``dra``: the nodes' GPUs are DRA devices (one ResourceSlice per node) instead of an
+    ``nvidia.com/gpu`` count, and each pod asks through a claim of ``gpus_per_pod`` devices
+    of class gpu.example.com (a claim made for it, as from a template)."""
     clock = FakeClock(1_000.0)
     settings = {"placementProfile": profile, "topologyLevels": list(levels)}
     sched = Scheduler(Settings.model_validate(settings).core(), clock)
@@ -140,10 +165,18 @@ def bench(
     if domain and RACK not in levels:
         raise ValueError("--gang-topology needs --topology (a rack level)")
     for node in nodes:
+        if dra:
+            gpus = node.allocatable.get(GPU, 0)
+            node = replace(
+                node, allocatable={k: v for k, v in node.allocatable.items() if k != GPU}
+            )
+            sched.resource_slice_upsert(f"{node.name}-gpus", _dra_devices(node.name, gpus))
         sched.node_upsert(node)
+    if dra:
+        sched.device_class_upsert(DeviceClass(DRA_CLASS))
     gangs = max(1, pods // gang_size)
     request = {CPU: 4_000, MEMORY: 16 * GI, PODS: 1}
-    if gpus_per_pod:
+    if gpus_per_pod and not dra:
         request[GPU] = gpus_per_pod
     by_uid: dict[str, Pod] = {}
     cycle_ms: list[float] = []
@@ -158,6 +191,10 @@ def bench(
             uid = f"{g:06d}-{i:03d}"
             pod = Pod(uid, "bench", f"gang-{g:06d}-{i}", dict(request), created=float(g), group=key)
             pod = _constrained(pod, key, constraint)
+            if dra:
+                claim = _dra_claim(pod.name, gpus_per_pod)
+                sched.resource_claim_upsert(claim)
+                pod = replace(pod, resource_claims=(claim.key,))
             by_uid[uid] = pod
             sched.pod_upsert(pod)
     t_ingest = time.perf_counter()
@@ -172,6 +209,10 @@ def bench(
         for d in decisions:
             if isinstance(d, BindGang):
                 cycle_ms.append((c1 - c0) * 1000)
+                for w in d.claims:  # written before the pods bind, as the adapter must
+                    sched.resource_claim_upsert(
+                        _dra_claim(w.claim.partition("/")[2], gpus_per_pod, w.allocation)
+                    )
                 for b in d.bindings:
                     pod = by_uid[b.pod.uid]
                     sched.pod_upsert(replace(pod, node_name=b.node, phase=PodPhase.RUNNING))
@@ -193,6 +234,7 @@ def bench(
         "nodes": len(nodes),
         "gpus": sum(n.allocatable.get(GPU, 0) for n in nodes),
         "pods": gangs * gang_size,
+        "dra": dra,
         "gangs": gangs,
         "gang_size": gang_size,
         "constraint": constraint,
@@ -239,6 +281,7 @@ def run_bench(args: argparse.Namespace) -> str:
             args.profile,
             levels,
             args.gang_topology,
+            args.dra,
         )
         for _ in range(args.repeat)
     ]
@@ -261,6 +304,8 @@ def run_bench(args: argparse.Namespace) -> str:
         cmd += f" --topology {args.topology}"
     if args.gang_topology != "none":
         cmd += f" --gang-topology {args.gang_topology}"
+    if args.dra:
+        cmd += " --dra"
     best["command"] = cmd + (" --json" if args.json else "")
     if args.json:
         return json.dumps(best, sort_keys=True)

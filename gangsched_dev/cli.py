@@ -53,6 +53,11 @@ def add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="none",
         help="every gang's topology placement (needs --topology)",
     )
+    b.add_argument(
+        "--dra",
+        action="store_true",
+        help="GPUs as Dynamic Resource Allocation devices, each pod asking through a claim",
+    )
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_bench)
 

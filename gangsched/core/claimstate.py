@@ -27,11 +27,18 @@ __all__ = ["ClaimCatalog"]
 class ClaimCatalog:
     def __init__(self) -> None:
         self._slices: dict[str, tuple[Device, ...]] = {}  # slice key -> its devices
+        self._node_slices: dict[str, set[str]] = {}  # node -> keys of its slices
         self._by_node: dict[str, list[Device]] = {}  # node -> devices, in slice and list order
+        # node -> a count that moves whenever anything there changes (devices, allocations,
+        # tentative claims): what a fit found stands until it moves
+        self._node_gen: dict[str, int] = {}
+        self._fits: dict[tuple[object, ...], bool] = {}
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, Claim] = {}
-        self._allocated: dict[DeviceId, str] = {}  # device -> the claim that holds it (written)
+        # node -> device -> the claim that holds it (written)
+        self._allocated: dict[str, dict[DeviceId, str]] = {}
         self._tentative: dict[str, ClaimAllocation] = {}  # claim -> chosen, not written
+        self._tentative_on: dict[str, set[str]] = {}  # node -> its tentative claims
         self._holders: dict[str, set[str]] = {}  # tentative claim -> assumed pods using it
         self._held: dict[str, tuple[str, ...]] = {}  # assumed pod -> its claims
         # Tentative claims a binding decision carries (being written): never moved again.
@@ -40,12 +47,21 @@ class ClaimCatalog:
 
     # ---- what the watches say ----------------------------------------------------------
     def upsert_slice(self, key: str, devices: Iterable[Device]) -> None:
-        self._slices[key] = tuple(devices)
-        self._reindex()
+        old = self._slices.get(key, ())
+        new = self._slices[key] = tuple(devices)
+        for node in {d.node for d in (*old, *new)}:
+            keys = self._node_slices.setdefault(node, set())
+            if any(d.node == node for d in new):
+                keys.add(key)
+            else:
+                keys.discard(key)
+            self._reindex(node)
 
     def remove_slice(self, key: str) -> None:
-        if self._slices.pop(key, None) is not None:
-            self._reindex()
+        old = self._slices.pop(key, None)
+        for node in {d.node for d in old or ()}:
+            self._node_slices.get(node, set()).discard(key)
+            self._reindex(node)
 
     def upsert_class(self, device_class: DeviceClass) -> None:
         self.classes[device_class.name] = device_class
@@ -58,13 +74,14 @@ class ClaimCatalog:
     def upsert_claim(self, claim: Claim) -> None:
         old = self.claims.get(claim.key)
         if old is not None and old.allocation is not None:
-            for d in old.allocation.devices:
-                self._allocated.pop(d, None)
+            self._unallocate(old.allocation)
         self.claims[claim.key] = claim
         if claim.allocation is not None:
+            held = self._allocated.setdefault(claim.allocation.node, {})
             for d in claim.allocation.devices:
-                self._allocated[d] = claim.key
-            self._tentative.pop(claim.key, None)  # written: the record now says it
+                held[d] = claim.key
+            self._changed(claim.allocation.node)
+            self._drop_tentative(claim.key)  # written: the record now says it
             self._committed.discard(claim.key)
             self._holders.pop(claim.key, None)
         self.generation += 1
@@ -72,22 +89,89 @@ class ClaimCatalog:
     def remove_claim(self, key: str) -> None:
         old = self.claims.pop(key, None)
         if old is not None and old.allocation is not None:
-            for d in old.allocation.devices:
-                self._allocated.pop(d, None)
+            self._unallocate(old.allocation)
         self.generation += 1
+
+    def _unallocate(self, allocation: ClaimAllocation) -> None:
+        self._changed(allocation.node)
+        held = self._allocated.get(allocation.node)
+        if held is None:
+            return
+        for d in allocation.devices:
+            held.pop(d, None)
+        if not held:
+            del self._allocated[allocation.node]
+
+    def _drop_tentative(self, key: str) -> None:
+        alloc = self._tentative.pop(key, None)
+        if alloc is not None:
+            self._changed(alloc.node)
+            on = self._tentative_on.get(alloc.node)
+            if on is not None:
+                on.discard(key)
+                if not on:
+                    del self._tentative_on[alloc.node]
+
+    def _set_tentative(self, key: str, alloc: ClaimAllocation) -> None:
+        self._drop_tentative(key)
+        self._tentative[key] = alloc
+        self._tentative_on.setdefault(alloc.node, set()).add(key)
+        self._changed(alloc.node)
 
     def devices(self, node: str) -> list[Device]:
         return self._by_node.get(node, [])
 
-    def _reindex(self) -> None:
-        by_node: dict[str, list[Device]] = {}
-        for key in sorted(self._slices):
-            for d in self._slices[key]:
-                by_node.setdefault(d.node, []).append(d)
-        self._by_node = by_node
+    def _reindex(self, node: str) -> None:
+        keys = self._node_slices.get(node)
+        if not keys:
+            self._node_slices.pop(node, None)
+            self._by_node.pop(node, None)
+        else:
+            self._by_node[node] = [
+                d for key in sorted(keys) for d in self._slices[key] if d.node == node
+            ]
+        self._changed(node)
+
+    def _changed(self, node: str) -> None:
+        self._node_gen[node] = self._node_gen.get(node, 0) + 1
         self.generation += 1
+        if len(self._fits) > 100_000:
+            self._fits.clear()
 
     # ---- placement ---------------------------------------------------------------------
+    def fits(self, pod: Pod, node: str) -> str:
+        """'' when ``pod``'s claims can be allocated on ``node`` (with the tentative claims
+        there), else why not. Remembered per node state and claim shapes: pods whose claims
+        ask the same (a gang's members, one claim each from one template) cost one search
+        per node until something on the node changes."""
+        key = self._shape_key(pod, node)
+        if key is not None:
+            known = self._fits.get(key)
+            if known is True:
+                return ""
+        found = self.fit(pod, node)
+        if isinstance(found, str):
+            return found
+        if key is not None:
+            self._fits[key] = True
+        return ""
+
+    def _shape_key(self, pod: Pod, node: str) -> tuple[object, ...] | None:
+        """What a fit of ``pod`` on ``node`` depends on, or None when it depends on claims
+        allocated or held elsewhere (no memo then)."""
+        shapes = []
+        for k in pod.resource_claims:
+            claim = self.claims.get(k)
+            if claim is None or claim.allocation is not None or k in self._tentative:
+                return None
+            shapes.append((claim.requests, claim.constraints))
+        here = tuple(
+            (self.claims[k].requests, self.claims[k].constraints)
+            for k in sorted(self._tentative_on.get(node, ()))
+            if k in self.claims
+        )
+        return (node, self._node_gen.get(node, 0), tuple(shapes), here)
+
     def fit(self, pod: Pod, node: str) -> dict[str, ClaimAllocation] | str:
         """The allocations (of the pod's claims and of the tentative claims already on the
         node) that let ``pod`` run on ``node``; or why it cannot."""
@@ -105,18 +189,16 @@ class ClaimCatalog:
                 pending.append(claim)
         if not pending:
             return {}
+        on_node = self._tentative_on.get(node, ())
         here = [
-            self.claims[k]
-            for k, a in sorted(self._tentative.items())
-            if a.node == node and k in self.claims and k not in self._committed
+            self.claims[k] for k in sorted(on_node) if k in self.claims and k not in self._committed
         ]
         joint = here + pending
         keys = {c.key for c in joint}
-        used = {d for d, holder in self._allocated.items() if holder not in keys}
-        for k in self._committed:
-            committed = self._tentative.get(k)
-            if committed is not None:
-                used.update(committed.devices)
+        used = {d for d, holder in self._allocated.get(node, {}).items() if holder not in keys}
+        for k in on_node:
+            if k in self._committed:
+                used.update(self._tentative[k].devices)
         result = allocate(joint, self.devices(node), self.classes, used, node)
         if not isinstance(result, Allocated):
             return result.message
@@ -128,7 +210,8 @@ class ClaimCatalog:
         found = self.fit(pod, node)
         if isinstance(found, str):
             return False
-        self._tentative.update(found)
+        for key, alloc in found.items():
+            self._set_tentative(key, alloc)
         for key in pod.resource_claims:
             if key in self._tentative:
                 self._holders.setdefault(key, set()).add(pod.uid)
@@ -146,7 +229,7 @@ class ClaimCatalog:
             holders.discard(uid)
             if not holders:
                 del self._holders[key]
-                self._tentative.pop(key, None)
+                self._drop_tentative(key)
                 self._committed.discard(key)
         self.generation += 1
 

@@ -35,7 +35,5 @@ class DynamicResources:
         return SUCCESS
 
     def filter_with(self, pod: Pod, node: NodeInfo, state: CycleState) -> Status:
-        found = self._catalog.fit(pod, node.name)
-        if isinstance(found, str):
-            return Status(Code.UNSCHEDULABLE, found)
-        return SUCCESS
+        why = self._catalog.fits(pod, node.name)
+        return Status(Code.UNSCHEDULABLE, why) if why else SUCCESS
