@@ -34,9 +34,10 @@ import re
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import cel
+if TYPE_CHECKING:
+    import cel
 
 from gangsched.core.quantity import QuantityError, parse_quantity
 from gangsched.core.resourceclaims import Device, Selector, Version
@@ -360,6 +361,8 @@ def _device_context(device: Device, domains: tuple[str, ...]) -> cel.Context:
         "attributes": _grouped(device.attributes, _attribute, domains),
         "capacity": _grouped(device.capacity, _capacity, domains),
     }
+    import cel  # (imported at first use: the library brings its command-line tool's packages)
+
     return cel.Context(variables={"device": value}, functions=_FUNCTIONS)
 
 
@@ -437,6 +440,8 @@ def compile_selector(expression: str) -> Selector | str:
             f"the CEL expression is longer than {MAX_EXPRESSION_LENGTH} characters "
             f"({len(expression)})"
         )
+    import cel  # (imported at first use: the library brings its command-line tool's packages)
+
     try:
         program = cel.compile(expression)
         functions = program.functions()
