@@ -228,6 +228,37 @@ def _fits(
     return True, newly
 
 
+def _spend(s: _Search, n: int) -> bool:
+    """Count ``n`` device choices against the bound: False once it is passed."""
+    s.steps += n
+    if s.steps > s.budget:
+        s.out_of_budget = True
+        return False
+    return True
+
+
+def _take(
+    s: _Search,
+    exact: ExactRequest,
+    result: list[tuple[str, DeviceId]],
+    path: str,
+    devices: Sequence[Device],
+) -> None:
+    """The devices serve ``path``: held by this search (but for admin access)."""
+    if not exact.admin_access:
+        s.taken.update(d.id for d in devices)
+    result.extend((path, d.id) for d in devices)
+
+
+def _give_back(
+    s: _Search, exact: ExactRequest, result: list[tuple[str, DeviceId]], devices: Sequence[Device]
+) -> None:
+    """Undo the last ``_take`` of ``devices``."""
+    del result[len(result) - len(devices) :]
+    if not exact.admin_access:
+        s.taken.difference_update(d.id for d in devices)
+
+
 def _some(
     s: _Search,
     claims: Sequence[Claim],
@@ -255,22 +286,16 @@ def _some(
         ok, newly = _fits(d, claim.constraints, covering, fixed)
         if not ok:
             continue
-        s.steps += 1
-        if s.steps > s.budget:
-            s.out_of_budget = True
+        if not _spend(s, 1):
             return False
         for i, v in newly:
             fixed[i] = v
-        if not exact.admin_access:
-            s.taken.add(d.id)
-        results[ci].append((path, d.id))
+        _take(s, exact, results[ci], path, (d,))
         if _some(
             s, claims, ci, ri, path, exact, candidates, covering, results, values, k + 1, chosen + 1
         ):
             return True
-        results[ci].pop()
-        if not exact.admin_access:
-            s.taken.discard(d.id)
+        _give_back(s, exact, results[ci], (d,))
         for i, _ in newly:
             fixed[i] = None
         if s.out_of_budget:
@@ -305,18 +330,12 @@ def _all(
         for i, v in newly:
             fixed[i] = v
             set_here.append(i)
-    s.steps += len(candidates)
-    if s.steps > s.budget:
-        s.out_of_budget = True
+    if not _spend(s, len(candidates)):
         return False
-    if not exact.admin_access:
-        s.taken.update(d.id for d in candidates)
-    results[ci].extend((path, d.id) for d in candidates)
+    _take(s, exact, results[ci], path, candidates)
     if _claim(s, claims, ci, ri + 1, results, values):
         return True
-    del results[ci][len(results[ci]) - len(candidates) :]
-    if not exact.admin_access:
-        s.taken.difference_update(d.id for d in candidates)
+    _give_back(s, exact, results[ci], candidates)
     for i in set_here:
         fixed[i] = None
     return False
