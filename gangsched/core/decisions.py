@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gangsched.core.model import Pod
 from gangsched.core.resourceclaims import ClaimAllocation
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "PodRef",
     "Preempt",
     "Victim",
+    "pod_ref",
 ]
 
 
@@ -30,6 +32,11 @@ class PodRef:
     uid: str
     namespace: str
     name: str
+
+
+def pod_ref(pod: Pod) -> PodRef:
+    """How a decision names a pod."""
+    return PodRef(pod.uid, pod.namespace, pod.name)
 
 
 @dataclass(frozen=True, slots=True)

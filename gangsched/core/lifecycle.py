@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
-from gangsched.core.decisions import Decision, MemberLoss, PodRef
+from gangsched.core.decisions import Decision, MemberLoss, pod_ref
 from gangsched.core.gang import Gang
 from gangsched.core.model import GangSpec, Pod
 from gangsched.core.tally import UP, MemberState, MemberTally, member_state
@@ -87,10 +87,6 @@ def up_count(tally: MemberTally) -> int:
 def whole(spec: GangSpec, tally: MemberTally) -> bool:
     """At least minMember members up, and every role's own minimum."""
     return spec.quorum(up_count(tally), tally.up_by_role)
-
-
-def _ref(pod: Pod) -> PodRef:
-    return PodRef(pod.uid, pod.namespace, pod.name)
 
 
 @dataclass(slots=True)
@@ -234,8 +230,8 @@ class Lifecycle:
             up,
             spec.min_member,
             message,
-            tuple(_ref(p) for p in restart),
-            tuple(_ref(p) for p in members),
+            tuple(pod_ref(p) for p in restart),
+            tuple(pod_ref(p) for p in members),
         )
         self._out.append(decision)
         return decision

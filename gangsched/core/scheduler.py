@@ -25,6 +25,7 @@ from gangsched.core.cycle import (
 from gangsched.core.decisions import (
     Decision,
     DeviceConflict,
+    pod_ref,
 )
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending
 from gangsched.core.gpu import MILLI
@@ -40,7 +41,7 @@ from gangsched.core.resourceclaims import Claim as ResourceClaim
 from gangsched.core.resourceclaims import Device, DeviceClass
 from gangsched.core.resources import GPU
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
-from gangsched.core.steps.book import GangBook, ref
+from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.gates import GroupGate, Intake, VolumeGate
 from gangsched.core.steps.permit import Permit
 from gangsched.core.steps.place import Placement
@@ -719,7 +720,7 @@ class Scheduler:
             out.append(
                 DeviceConflict(
                     pod.group,
-                    ref(pod),
+                    pod_ref(pod),
                     node,
                     devices,
                     f"GPU devices of node {node} over-committed by the device records of "

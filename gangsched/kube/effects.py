@@ -23,6 +23,7 @@ from gangsched.core.decisions import (
     MemberLoss,
     PodRef,
     Preempt,
+    pod_ref,
 )
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.io.client import FencedError
@@ -247,7 +248,7 @@ class Effects:
         Each has a name fixed by the pod, so one already written is not written twice."""
         since = self._core.clock.now() - RESEND_SCHEDULED_SECONDS
         for pod in self._core.bound_since(since):
-            self._reporter.scheduled(PodRef(pod.uid, pod.namespace, pod.name), pod.node_name)
+            self._reporter.scheduled(pod_ref(pod), pod.node_name)
 
     def _clear_nomination(self, ref: PodRef) -> None:
         """A pod released from a hold that a preemption nominated it for: its

@@ -8,16 +8,11 @@ from collections.abc import Callable
 
 from gangsched.core.clock import Clock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import PodRef
 from gangsched.core.gang import Gang, shortfall
-from gangsched.core.model import GangSpec, Pod
+from gangsched.core.model import GangSpec
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
 
-__all__ = ["GangBook", "ref"]
-
-
-def ref(pod: Pod) -> PodRef:
-    return PodRef(pod.uid, pod.namespace, pod.name)
+__all__ = ["GangBook"]
 
 
 class GangBook:

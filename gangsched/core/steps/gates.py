@@ -8,13 +8,13 @@ from __future__ import annotations
 from gangsched.core.cache import ClusterCache
 from gangsched.core.config import CoreConfig
 from gangsched.core.cycle import least_requests, shortage
-from gangsched.core.decisions import GangUnschedulable
+from gangsched.core.decisions import GangUnschedulable, pod_ref
 from gangsched.core.gang import Gang, holdings, shortfall
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
 from gangsched.core.queue import Wake
 from gangsched.core.resources import ResourceList, add_into, format_amount
-from gangsched.core.steps.book import GangBook, ref
+from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.turn import Turn
 
 __all__ = ["GroupGate", "Intake", "VolumeGate"]
@@ -31,7 +31,7 @@ class Intake:
             reason = "InvalidPod" if any(p.invalid_reason for p in h.invalid) else "Unsupported"
             message = "; ".join(f"{p.key}: {p.refused}" for p in h.invalid)
             t.out.append(
-                GangUnschedulable(gang.key, tuple(ref(p) for p in h.invalid), reason, message)
+                GangUnschedulable(gang.key, tuple(pod_ref(p) for p in h.invalid), reason, message)
             )
             for p in h.invalid:
                 gang.tally.remove(p.uid)
@@ -61,7 +61,7 @@ class GroupGate:
             return False
         wake = Wake.GANG if reason == "WaitingForMembers" else Wake.CLUSTER
         self._book.fail(t.gang, reason, blocked, wake)
-        refs = tuple(ref(p) for p in t.h.pending)
+        refs = tuple(pod_ref(p) for p in t.h.pending)
         t.out.append(GangUnschedulable(t.gang.key, refs, reason, blocked))
         return True
 
@@ -128,6 +128,8 @@ class VolumeGate:
         )
         self._book.fail(gang, "Unschedulable", message, Wake.CLUSTER)
         t.out.append(
-            GangUnschedulable(gang.key, tuple(ref(p) for p in pending), "Unschedulable", message)
+            GangUnschedulable(
+                gang.key, tuple(pod_ref(p) for p in pending), "Unschedulable", message
+            )
         )
         return True

@@ -15,11 +15,12 @@ from gangsched.core.decisions import (
     GangTimedOut,
     GangUnschedulable,
     GangWaiting,
+    pod_ref,
 )
 from gangsched.core.gang import Gang
 from gangsched.core.permit import PermitMap
 from gangsched.core.queue import Wake
-from gangsched.core.steps.book import GangBook, ref
+from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.preempt import Preemption
 from gangsched.core.steps.reserve import Reservations
 from gangsched.core.steps.turn import Turn
@@ -74,7 +75,10 @@ class Permit:
             gang.reason, gang.message = "Unschedulable", attempt.message
             out.append(
                 GangUnschedulable(
-                    key, tuple(ref(p) for p in attempt.unplaced), "Unschedulable", attempt.message
+                    key,
+                    tuple(pod_ref(p) for p in attempt.unplaced),
+                    "Unschedulable",
+                    attempt.message,
                 )
             )
             gang.attempts += 1
@@ -106,7 +110,7 @@ class Permit:
         cache = self._cache
         pods = cache.pods
         bindings = tuple(
-            Binding(ref(pods[uid]), node, cache.devices_of(uid))
+            Binding(pod_ref(pods[uid]), node, cache.devices_of(uid))
             for uid, node in sorted(reserved.items())
             if uid in pods
         )
@@ -122,7 +126,7 @@ class Permit:
         if not reserved:
             return []
         pods = self._cache.pods
-        refs = tuple(ref(pods[u]) for u in sorted(reserved) if u in pods)
+        refs = tuple(pod_ref(pods[u]) for u in sorted(reserved) if u in pods)
         for uid in reserved:
             self._cache.forget(uid)
         gang = self._book.gangs.get(key)

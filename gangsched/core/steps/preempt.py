@@ -14,14 +14,14 @@ from collections.abc import Callable
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import Binding, Decision, Evict, Preempt, Victim
+from gangsched.core.decisions import Binding, Decision, Evict, Preempt, Victim, pod_ref
 from gangsched.core.eviction import Evictions
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings
 from gangsched.core.model import GangMode, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
 from gangsched.core.preemption import Preemptor, gang_priority
-from gangsched.core.steps.book import GangBook, ref
+from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.turn import Turn
 
 __all__ = ["Preemption", "fits_nowhere"]
@@ -139,7 +139,7 @@ class Preemption:
         if gang.schedule_start is None:
             gang.schedule_start = now
         nominations = tuple(
-            Binding(ref(pods[uid]), node) for uid, node in sorted(plan.placements.items())
+            Binding(pod_ref(pods[uid]), node) for uid, node in sorted(plan.placements.items())
         )
         return Preempt(gang.key, priority, nominations, victims, deadline, message)
 
@@ -158,7 +158,9 @@ class Preemption:
             self.evictions.asked(victim.uid)
             self._recount(victim)  # counted as being deleted from now on
         marked = self.evictions.marked
-        return tuple(Victim(ref(p), p.node_name, p.priority, key, marked(p)) for key, p in chosen)
+        return tuple(
+            Victim(pod_ref(p), p.node_name, p.priority, key, marked(p)) for key, p in chosen
+        )
 
     def finish_evictions(self, now: float) -> list[Decision]:
         """Carry out the evictions due (core/eviction.py): each victim with its unit, a

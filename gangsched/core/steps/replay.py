@@ -9,13 +9,13 @@ from __future__ import annotations
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import GangUnschedulable
+from gangsched.core.decisions import GangUnschedulable, pod_ref
 from gangsched.core.equivalence import Failure, FailureMemo, PodClass, pod_class
 from gangsched.core.gang import Gang, Holdings
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
 from gangsched.core.queue import Wake
-from gangsched.core.steps.book import GangBook, ref
+from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.preempt import Preemption
 from gangsched.core.steps.reserve import Reservations
 from gangsched.core.steps.turn import Turn
@@ -93,7 +93,7 @@ class FailureReplay:
             self._finder.observe(h.pending[0])
         self.memo.hits += 1
         self._book.fail(gang, failure.reason, failure.message, Wake.CLUSTER)
-        refs = tuple(ref(p) for p in h.pending)
+        refs = tuple(pod_ref(p) for p in h.pending)
         return GangUnschedulable(gang.key, refs, failure.reason, failure.message)
 
 
@@ -123,7 +123,7 @@ class FailureReport:
         gang, key = t.gang, t.gang.key
         message = attempt.message + self._reservations.message(key)
         self._book.fail(gang, attempt.reason, message, attempt.wake)
-        refs = tuple(ref(p) for p in t.h.pending)
+        refs = tuple(pod_ref(p) for p in t.h.pending)
         t.out.append(GangUnschedulable(key, refs, attempt.reason, attempt.message))
         if (
             t.cls is not None
