@@ -43,8 +43,10 @@ from gangsched.core.resourceclaims import (
 __all__ = [
     "MAX_COUNT",
     "DraError",
+    "PodClaims",
     "ResourceSlice",
     "device_class_from",
+    "pod_claims",
     "resource_claim_from",
     "resource_slice_from",
 ]
@@ -408,8 +410,71 @@ def resource_claim_from(obj: object) -> Claim | DraError:
             constraints,
             allocation,
             _reserved_for(status.get("reservedFor"), "status.reservedFor"),
+            deleting=bool(meta.get("deletionTimestamp")),
         )
     except (SpecError, QuantityError, TypeError, ValueError) as e:
         return DraError(key, str(e))
     except Exception as e:
         return DraError(key, unreadable(e))
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaims:
+    """The resource claims a pod uses (``namespace/name`` keys, in ``spec.resourceClaims``
+    order, each once), and, while a claim made from a template has no name yet in
+    ``status.resourceClaimStatuses`` (kube-controller-manager's resourceclaim controller
+    creates it), why the pod must wait."""
+
+    keys: tuple[str, ...] = ()
+    waiting: str = ""
+
+
+def pod_claims(spec: Obj, status: Obj, namespace: str) -> PodClaims:
+    """``spec.resourceClaims`` of a pod: each entry names a ResourceClaim
+    (``resourceClaimName``) or a ResourceClaimTemplate (``resourceClaimTemplateName``), whose
+    claim is the one ``status.resourceClaimStatuses`` names for the entry. An entry the status
+    lists without a claim name needs no claim (as the API documents). Raises SpecError naming
+    the field."""
+    field = "spec.resourceClaims"
+    made: dict[str, str | None] = {}
+    for i, s in enumerate(
+        as_list(status.get("resourceClaimStatuses"), "status.resourceClaimStatuses")
+    ):
+        f = f"status.resourceClaimStatuses[{i}]"
+        s = as_map(s, f)
+        entry = nonempty_str(s.get("name"), f"{f}.name")
+        claim = s.get("resourceClaimName")
+        made[entry] = nonempty_str(claim, f"{f}.resourceClaimName") if claim is not None else None
+    keys: list[str] = []
+    waiting: list[str] = []
+    seen: set[str] = set()
+    for i, e in enumerate(as_list(spec.get("resourceClaims"), field)):
+        f = f"{field}[{i}]"
+        e = as_map(e, f)
+        entry = nonempty_str(e.get("name"), f"{f}.name")
+        if entry in seen:
+            raise SpecError(f"{f}.name: {as_written(entry)} is used twice")
+        seen.add(entry)
+        by_name, template = e.get("resourceClaimName"), e.get("resourceClaimTemplateName")
+        if (by_name is None) == (template is None):
+            raise SpecError(
+                f"{f}: exactly one of resourceClaimName and resourceClaimTemplateName must be set"
+            )
+        if by_name is not None:
+            name = nonempty_str(by_name, f"{f}.resourceClaimName")
+        else:
+            tname = nonempty_str(template, f"{f}.resourceClaimTemplateName")
+            if entry not in made:
+                waiting.append(
+                    f"{f} ({entry}): waiting for the ResourceClaim made from template {tname} "
+                    "(status.resourceClaimStatuses names none yet)"
+                )
+                continue
+            made_name = made[entry]
+            if made_name is None:
+                continue  # no claim needed
+            name = made_name
+        key = f"{namespace}/{name}"
+        if key not in keys:
+            keys.append(key)
+    return PodClaims(tuple(keys), "; ".join(waiting))

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gangsched.api.affinity import placement, pod_affinity
+from gangsched.api.dra import pod_claims
 from gangsched.api.fields import (
     Obj,
     SpecError,
@@ -113,11 +114,6 @@ def _unsupported_fields(spec: Obj) -> list[str]:
     """Placement-relevant fields of kube-scheduler v1.36's default plugins that gangsched has
     no plugin for, each named with why (volumes are looked at in ``volumes.pod_volumes``)."""
     out: list[str] = []
-    if as_list(spec.get("resourceClaims"), "spec.resourceClaims"):
-        out.append(
-            "spec.resourceClaims: resource claims (Dynamic Resource Allocation) are not "
-            "supported by gangsched"
-        )
     # NodeDeclaredFeatures (beta, on by default in v1.36): these fields need nodes that
     # declare a feature in status.declaredFeatures, which gangsched does not read.
     for key in ("initContainers", "containers"):
@@ -229,13 +225,17 @@ def _pod_from(obj: Obj) -> PodRead:
     def refused() -> None:
         unsupported[:0] = _unsupported_fields(spec)
 
+    def claims() -> None:
+        read = pod_claims(spec, status, ns)
+        pod.resource_claims, pod.claims_waiting = read.keys, read.waiting
+
     def topology() -> None:
         pod.index = completion_index(annotations, labels)
         pod.domain = kueue_domain(annotations)
 
     # Each part on its own, so that one bad field leaves the others read (a bound pod with a
     # bad spread constraint still holds its host ports) and every problem is reported.
-    for part in (resources, constraints, ports, gates, volumes, refused, topology):
+    for part in (resources, constraints, ports, gates, volumes, refused, claims, topology):
         try:
             part()
         except (QuantityError, SpecError, TypeError, ValueError) as e:

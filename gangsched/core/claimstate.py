@@ -21,7 +21,10 @@ from gangsched.core.decisions import ClaimWrite
 from gangsched.core.model import Pod
 from gangsched.core.resourceclaims import Claim, ClaimAllocation, Device, DeviceClass, DeviceId
 
-__all__ = ["ClaimCatalog"]
+__all__ = ["MAX_RESERVED", "ClaimCatalog"]
+
+# The most consumers a claim may be reserved for (resource.k8s.io ResourceClaimReservedForMaxSize).
+MAX_RESERVED = 256
 
 
 class ClaimCatalog:
@@ -35,6 +38,10 @@ class ClaimCatalog:
         self._fits: dict[tuple[object, ...], bool] = {}
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, Claim] = {}
+        # Objects the readers refused (a field the core does not model, a bad selector), with
+        # why: a pod using one is told so, by name, instead of waiting for it to appear.
+        self.refused_claims: dict[str, str] = {}
+        self.refused_classes: dict[str, str] = {}
         # node -> device -> the claim that holds it (written)
         self._allocated: dict[str, dict[DeviceId, str]] = {}
         self._tentative: dict[str, ClaimAllocation] = {}  # claim -> chosen, not written
@@ -65,13 +72,55 @@ class ClaimCatalog:
 
     def upsert_class(self, device_class: DeviceClass) -> None:
         self.classes[device_class.name] = device_class
+        self.refused_classes.pop(device_class.name, None)
         self.generation += 1
 
     def remove_class(self, name: str) -> None:
         self.classes.pop(name, None)
+        self.refused_classes.pop(name, None)
         self.generation += 1
 
+    def refuse_class(self, name: str, reason: str) -> None:
+        """The DeviceClass exists but cannot be used: no claim of it is allocated."""
+        self.remove_class(name)
+        self.refused_classes[name] = reason
+
+    def refuse_claim(self, key: str, reason: str) -> None:
+        """The ResourceClaim exists but cannot be read. Its devices stay held as last read
+        (a claim that was allocated still holds them); no pod is placed on the strength of it."""
+        self.refused_claims[key] = reason
+        self.generation += 1
+
+    def why_not(self, pod: Pod) -> str:
+        """Why none of the pod's claims can be allocated on any node, whatever the devices:
+        a claim still to be made, missing, refused, being deleted, or of a class that is
+        refused; '' otherwise."""
+        if pod.claims_waiting:
+            return pod.claims_waiting
+        for key in pod.resource_claims:
+            refused = self.refused_claims.get(key)
+            if refused is not None:
+                return f"resource claim {key} cannot be used: {refused}"
+            claim = self.claims.get(key)
+            if claim is None:
+                return f"resource claim {key} does not exist yet"
+            if claim.deleting:
+                return f"resource claim {key} is being deleted"
+            if pod.uid not in claim.reserved_for and len(claim.reserved_for) >= MAX_RESERVED:
+                return (
+                    f"resource claim {key} is reserved for {MAX_RESERVED} consumers already, "
+                    "the most it may be"
+                )
+            if claim.allocation is None:
+                for request in claim.requests:
+                    for _, exact in request.options():
+                        why = self.refused_classes.get(exact.device_class)
+                        if why is not None:
+                            return f"device class {exact.device_class} cannot be used: {why}"
+        return ""
+
     def upsert_claim(self, claim: Claim) -> None:
+        self.refused_claims.pop(claim.key, None)
         old = self.claims.get(claim.key)
         if old is not None and old.allocation is not None:
             self._unallocate(old.allocation)
@@ -87,6 +136,7 @@ class ClaimCatalog:
         self.generation += 1
 
     def remove_claim(self, key: str) -> None:
+        self.refused_claims.pop(key, None)
         old = self.claims.pop(key, None)
         if old is not None and old.allocation is not None:
             self._unallocate(old.allocation)
@@ -237,15 +287,26 @@ class ClaimCatalog:
         """The allocations a binding of these pods must write first, one per claim; from now
         on they are not moved."""
         out: dict[str, ClaimWrite] = {}
+        # claims allocated already (a shared claim, one a crash left written): the pods
+        # that use it and are not yet among its consumers
+        reserve: dict[str, list[str]] = {}
         for uid in uids:
             for key in self._held.get(uid, ()):
                 alloc = self._tentative.get(key)
                 claim = self.claims.get(key)
-                if alloc is None or claim is None or key in out:
+                if claim is None or key in out:
+                    continue
+                if alloc is None:
+                    if claim.allocation is not None and uid not in claim.reserved_for:
+                        reserve.setdefault(key, []).append(uid)
                     continue
                 pods = tuple(sorted(self._holders.get(key, ())))
                 out[key] = ClaimWrite(key, claim.uid, alloc, pods)
                 self._committed.add(key)
+        for key, pods_ in reserve.items():
+            claim = self.claims[key]
+            assert claim.allocation is not None
+            out[key] = ClaimWrite(key, claim.uid, claim.allocation, tuple(sorted(pods_)))
         return tuple(out[k] for k in sorted(out))
 
     def tentative(self, key: str) -> ClaimAllocation | None:

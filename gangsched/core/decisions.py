@@ -65,8 +65,9 @@ class ClaimBinding:
 @dataclass(frozen=True, slots=True)
 class ClaimWrite:
     """PreBind for one resource claim (Dynamic Resource Allocation): write its
-    ``status.allocation`` (the devices chosen, on ``allocation.node``) and reserve it for
-    ``pods`` (uids), with the claim's ``uid`` as the precondition."""
+    ``status.allocation`` (the devices chosen, on ``allocation.node``) unless the claim is
+    allocated already (then to this same allocation), and add ``pods`` (uids) to its
+    consumers (``status.reservedFor``), with the claim's ``uid`` as the precondition."""
 
     claim: str  # namespace/name
     uid: str

@@ -295,6 +295,10 @@ class Pod:
     bound_at: float = 0.0
     # The resource claims (Dynamic Resource Allocation) the pod uses, as namespace/name keys.
     resource_claims: tuple[str, ...] = ()
+    # Why the pod cannot be placed yet for want of a claim that is still to be made from a
+    # template (kube-controller-manager's resourceclaim controller names it in the pod's
+    # status); empty when every claim is named.
+    claims_waiting: str = ""
     # The devices this pod's GPUs were recorded on (Koordinator's device-allocated
     # annotation), by index; empty when none is recorded.
     gpu_devices: tuple[int, ...] = ()

@@ -155,6 +155,8 @@ class Claim:
     constraints: tuple[MatchAttribute, ...] = ()
     allocation: ClaimAllocation | None = None
     reserved_for: tuple[str, ...] = ()
+    # metadata.deletionTimestamp is set: no pod may start using it.
+    deleting: bool = False
 
     @property
     def key(self) -> str:

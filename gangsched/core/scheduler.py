@@ -279,8 +279,18 @@ class Scheduler:
     def device_class_delete(self, name: str) -> None:
         self.cache.resource_claims.remove_class(name)
 
+    def device_class_refused(self, name: str, reason: str) -> None:
+        """A DeviceClass the reader refused (naming the field): claims of it wait, saying so."""
+        self.cache.resource_claims.refuse_class(name, reason)
+        self.queue.wake(Wake.CLUSTER)
+
     def resource_claim_upsert(self, claim: ResourceClaim) -> None:
         self.cache.resource_claims.upsert_claim(claim)
+        self.queue.wake(Wake.CLUSTER)
+
+    def resource_claim_refused(self, key: str, reason: str) -> None:
+        """A ResourceClaim the reader refused (naming the field): its pods wait, saying so."""
+        self.cache.resource_claims.refuse_claim(key, reason)
         self.queue.wake(Wake.CLUSTER)
 
     def resource_claim_delete(self, key: str) -> None:

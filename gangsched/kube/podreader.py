@@ -91,6 +91,8 @@ class PodReader:
             meta.get("labels"),
             meta.get("annotations"),
             _resize_state(status),
+            # the claims made from templates are named here, without a new generation
+            status.get("resourceClaimStatuses"),
         )
         last = self._read.get(uid)
         if last is None or last[0] != key:

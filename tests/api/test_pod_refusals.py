@@ -276,14 +276,48 @@ def test_pod_gang_from_annotations() -> None:
 # ---- pods gangsched refuses ---------------------------------------------------------------
 RESOURCE_CLAIMS = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
 
-UNSUPPORTED_CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
-    "resource claims": (
+
+def test_resource_claims_are_read_by_name_and_from_the_status_for_templates() -> None:
+    claims = [*RESOURCE_CLAIMS, {"name": "imex", "resourceClaimName": "domain-a"}]
+    pod, _ = pod_from(with_spec(resourceClaims=claims))
+    assert (pod.invalid_reason, pod.unsupported) == ("", "")
+    assert pod.resource_claims == ("ml/domain-a",)
+    assert pod.claims_waiting.startswith("spec.resourceClaims[0] (gpu): waiting for the")
+    made = patched(
+        with_spec(resourceClaims=claims),
+        (("status", "resourceClaimStatuses"), [{"name": "gpu", "resourceClaimName": "w0-gpu"}]),
+    )
+    pod, _ = pod_from(made)
+    assert (pod.resource_claims, pod.claims_waiting) == (("ml/w0-gpu", "ml/domain-a"), "")
+    # an entry the status lists without a name needs no claim
+    none = patched(
         with_spec(resourceClaims=RESOURCE_CLAIMS),
-        [
-            "spec.resourceClaims: resource claims (Dynamic Resource Allocation) are not "
-            "supported by gangsched"
-        ],
-    ),
+        (("status", "resourceClaimStatuses"), [{"name": "gpu"}]),
+    )
+    pod, _ = pod_from(none)
+    assert (pod.resource_claims, pod.claims_waiting) == ((), "")
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ({"name": "gpu"}, "spec.resourceClaims[0]: exactly one of"),
+        (
+            {"name": "gpu", "resourceClaimName": "a", "resourceClaimTemplateName": "b"},
+            "spec.resourceClaims[0]: exactly one of",
+        ),
+        ({"resourceClaimName": "a"}, "spec.resourceClaims[0].name"),
+        ({"name": "gpu", "resourceClaimName": 7}, "spec.resourceClaims[0].resourceClaimName"),
+    ],
+)
+def test_a_malformed_resource_claim_entry_names_the_field(
+    entry: dict[str, Any], field: str
+) -> None:
+    pod, _ = pod_from(with_spec(resourceClaims=[entry]))
+    assert field in pod.invalid_reason
+
+
+UNSUPPORTED_CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     **{
         f"inline {source}": (
             with_spec(
@@ -337,10 +371,11 @@ UNSUPPORTED_CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
     ),
     "several fields, each named": (
         with_spec(
-            resourceClaims=RESOURCE_CLAIMS,
+            hostNetwork=True,
+            hostUsers=False,
             volumes=[{"name": "d", "rbd": {"image": "i"}}, {"name": "e", "cinder": {}}],
         ),
-        ["spec.resourceClaims", "spec.volumes[0].rbd", "spec.volumes[1].cinder"],
+        ["spec.hostUsers", "spec.volumes[0].rbd", "spec.volumes[1].cinder"],
     ),
 }
 
@@ -378,14 +413,14 @@ def test_supported_lookalikes_are_not_refused(spec: dict[str, Any]) -> None:
 def test_unsupported_bound_pod_still_counts_its_ports_and_terms() -> None:
     obj = with_spec(
         nodeName="gpu-a100-0",
-        resourceClaims=RESOURCE_CLAIMS,
+        volumes=[{"name": "d", "rbd": {"image": "i"}}],
         containers=[ctr("a", {"cpu": "1"}, ports=[port_term(80, hostPort=80)])],
         affinity={"podAntiAffinity": {REQUIRED_KEY: [pod_term(labelSelector=APP_SELECTOR)]}},
         topologySpreadConstraints=[spread_term()],
     )
     obj = patched(obj, (("status", "phase"), "Running"))
     pod, _ = pod_from(obj)
-    assert pod.unsupported.startswith("spec.resourceClaims")
+    assert pod.unsupported.startswith("spec.volumes[0].rbd")
     assert pod.node_name == "gpu-a100-0"
     assert pod.requests == {"cpu": 1000, "pods": 1}
     assert pod.host_ports == (HostPort(80),)

@@ -126,10 +126,56 @@ def test_a_claim_allocated_elsewhere_keeps_the_pod_on_its_node_and_its_devices_u
     h.s.resource_claim_upsert(gpu_claim("new"))
     h.add(replace(pod("p-mine", gpus=0), resource_claims=("ml/mine",)))
     [b] = binds(h.run(confirm=False))
-    assert b.bindings[0].node == "n2" and b.claims == ()  # written already: nothing to write
+    # allocated already: the binding only adds the pod to the claim's consumers
+    assert b.bindings[0].node == "n2"
+    [w] = b.claims
+    assert w.claim == "ml/mine" and w.pods == ("uid-p-mine",)
+    assert w.allocation.devices == (DeviceId("gpu.example.com", "n2", "gpu-0"),)
     h.add(replace(pod("p-new", gpus=0), resource_claims=("ml/new",)))
     out = h.run(confirm=False)
     assert not binds(out), "n1's device is held by another claim, n2's by ml/mine"
+
+
+def test_a_claim_written_and_reserved_for_the_pod_is_not_written_again() -> None:
+    """A restart after the claims were written but before the binding: nothing to write."""
+    h = cluster(("n1", devices("n1", 1)), ("n2", devices("n2", 1)))
+    h.s.resource_claim_upsert(
+        replace(
+            gpu_claim("mine"),
+            allocation=ClaimAllocation(
+                "n2", (("gpu", DeviceId("gpu.example.com", "n2", "gpu-0")),)
+            ),
+            reserved_for=("uid-p-mine",),
+        )
+    )
+    h.add(replace(pod("p-mine", gpus=0), resource_claims=("ml/mine",)))
+    [b] = binds(h.run(confirm=False))
+    assert b.bindings[0].node == "n2" and b.claims == ()
+
+
+def test_claims_refused_deleted_or_still_to_be_made_keep_the_pod_waiting_saying_why() -> None:
+    h = cluster(("n1", devices("n1", 2)))
+    h.s.resource_claim_refused("ml/bad", "spec.devices.config: not supported yet")
+    h.add(replace(pod("p-bad", gpus=0), resource_claims=("ml/bad",)))
+    h.s.resource_claim_upsert(replace(gpu_claim("gone"), deleting=True))
+    h.add(replace(pod("p-gone", gpus=0), resource_claims=("ml/gone",)))
+    h.add(replace(pod("p-tmpl", gpus=0), claims_waiting="spec.resourceClaims[0] (gpu): waiting"))
+    out = h.run(confirm=False)
+    assert not binds(out)
+    why = {u.pods[0].name: u.message for u in out if isinstance(u, GangUnschedulable)}
+    assert "resource claim ml/bad cannot be used: spec.devices.config" in why["p-bad"]
+    assert "resource claim ml/gone is being deleted" in why["p-gone"]
+    assert "spec.resourceClaims[0] (gpu): waiting" in why["p-tmpl"]
+
+
+def test_a_claim_of_a_refused_class_names_the_class() -> None:
+    h = cluster(("n1", devices("n1", 2)))
+    h.s.device_class_refused("gpu.example.com", "spec.config: not supported yet")
+    h.s.resource_claim_upsert(gpu_claim("c"))
+    h.add(replace(pod("p", gpus=0), resource_claims=("ml/c",)))
+    out = h.run(confirm=False)
+    [u] = [d for d in out if isinstance(d, GangUnschedulable)]
+    assert "device class gpu.example.com cannot be used: spec.config" in u.message
 
 
 def test_a_missing_claim_keeps_the_pod_waiting_naming_it() -> None:

@@ -66,13 +66,13 @@ def test_unsupported_member_is_refused_and_never_bound_while_the_rest_waits() ->
     h = Harness(None, gpu_node("n1", 4))
     h.gang("ml/dra", 2)
     pods = members("ml/dra", 2)
-    bad = replace(pods[1], unsupported="spec.resourceClaims: not supported")
+    bad = replace(pods[1], unsupported="spec.volumes[0].rbd: not supported")
     h.add(pods[0], bad)
     out = h.run()
     assert binds(out) == []
     reasons = {u.reason for u in unschedulable(out)}
     assert "Unsupported" in reasons
-    assert any("spec.resourceClaims" in u.message for u in unschedulable(out))
+    assert any("spec.volumes[0].rbd" in u.message for u in unschedulable(out))
 
 
 def test_pods_with_claims_are_refused_when_volume_binding_is_disabled() -> None:

@@ -391,9 +391,11 @@ def test_refused_pods_and_unread_declarations_are_shown_not_scheduled(
     create(cp, pod("sigs-0", ns, selector=sel, labels=sigs))
     create(cp, podgroup("ddp", ns, 1))
     create(cp, pod("ddp-0", ns, group="ddp", selector=sel))
-    dra = pod("ddp-1", ns, group="ddp", selector=sel)
-    dra["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "some-claim"}]
-    create(cp, dra)
+    legacy = pod("ddp-1", ns, group="ddp", selector=sel)
+    legacy["spec"]["volumes"] = [
+        {"name": "legacy", "rbd": {"monitors": ["10.0.0.1"], "image": "i"}}
+    ]
+    create(cp, legacy)
     create(cp, pod("typo", ns, selector=sel, labels={"gangsched.io/podgroup": "ddp"}))
     create(cp, pod("lost-0", ns, group="lost", selector=sel))
 
@@ -432,7 +434,7 @@ def test_refused_pods_and_unread_declarations_are_shown_not_scheduled(
     assert rows["lost"][1:4] == ["PodGroup", "Pending", "-"]
     assert "does not exist" in " ".join(rows["lost"])
     assert rows["pod/ddp-1"][1:3] == ["PodGroup", "Unsupported"]
-    assert "spec.resourceClaims" in " ".join(rows["pod/ddp-1"])
+    assert "spec.volumes[0].rbd" in " ".join(rows["pod/ddp-1"])
     assert rows["pod/typo"][1:3] == ["-", "InvalidPod"]
     assert "gangsched.io/podgroup" in " ".join(rows["pod/typo"])
     data = json.loads(_kubectl_gang(cp, ns, "-o", "json"))

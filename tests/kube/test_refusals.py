@@ -124,10 +124,9 @@ def _schedule(service: SchedulerService) -> None:
     ("spec", "reason", "field"),
     [
         (
-            {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}]},
+            {"hostNetwork": True, "hostUsers": False},
             "Unsupported",
-            "spec.resourceClaims: resource claims (Dynamic Resource Allocation) are not "
-            "supported by gangsched",
+            "spec.hostUsers: a user namespace with hostNetwork needs a node that declares",
         ),
         (
             {"volumes": [{"name": "d", "awsElasticBlockStore": {"volumeID": "vol-1"}}]},
@@ -140,7 +139,7 @@ def _schedule(service: SchedulerService) -> None:
             "spec.topologySpreadConstraints[0].maxSkew",
         ),
     ],
-    ids=["resource claims", "in-tree volume", "bad spread constraint"],
+    ids=["node declared feature", "in-tree volume", "bad spread constraint"],
 )
 def test_refused_pod_is_reported_on_the_pod_and_the_podgroup(
     service: SchedulerService, spec: dict[str, Any], reason: str, field: str
@@ -232,7 +231,7 @@ def _written_condition(reason: str, message: str) -> tuple[dict[str, Any], dict[
     ],
 )
 def test_pod_condition_and_event(reason: str, condition_reason: str) -> None:
-    message = "ml/p: spec.resourceClaims: resource claims are not supported by gangsched"
+    message = "ml/p: spec.volumes[0].rbd: in-tree volumes are not supported by gangsched"
     condition, event = _written_condition(reason, message)
     assert condition["type"] == "PodScheduled"
     assert condition["status"] == "False"

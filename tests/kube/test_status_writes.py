@@ -728,7 +728,7 @@ def test_kubectl_gang_shows_refused_pods_missing_podgroups_and_documented_source
         _kpod(
             "ddp-2",
             gangsched,
-            condition="Unsupported: ml/ddp-2: spec.resourceClaims: not supported",
+            condition="Unsupported: ml/ddp-2: spec.volumes[0].rbd: not supported",
         ),
         _kpod("typo", {"gangsched.io/podgroup": "ddp"}),
         _kpod(
@@ -752,7 +752,7 @@ def test_kubectl_gang_shows_refused_pods_missing_podgroups_and_documented_source
     assert rows["ddp"].why == ""
     refused = rows["pod/ddp-2"]
     assert (refused.phase, refused.gang, refused.pod) == ("Unsupported", "ddp", "ddp-2")
-    assert refused.why == "ml/ddp-2: spec.resourceClaims: not supported"
+    assert refused.why == "ml/ddp-2: spec.volumes[0].rbd: not supported"
     typo = rows["pod/typo"]
     assert typo.phase == "InvalidPod" and "gangsched.io/podgroup" in typo.why
     lost = rows["lost"]

@@ -1468,12 +1468,9 @@ def unsupported_additions(draw: st.DrawFn, obj: Obj) -> tuple[Obj, list[str]]:
     obj = copy.deepcopy(obj)
     spec = obj["spec"]
     named: list[str] = []
-    choices = st.sampled_from(["resourceClaims", "volume", "restartRule", "hostUsers"])
+    choices = st.sampled_from(["volume", "restartRule", "hostUsers"])
     for kind in draw(st.lists(choices, min_size=1, max_size=3, unique=True)):
-        if kind == "resourceClaims":
-            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu-0"}]
-            named.append("spec.resourceClaims")
-        elif kind == "volume":
+        if kind == "volume":
             source = draw(st.sampled_from(IN_TREE_VOLUMES))
             volumes = spec.setdefault("volumes", [])
             at = draw(st.integers(0, len(volumes)))

@@ -27,12 +27,10 @@ class DynamicResources:
         self._catalog = cache.resource_claims
 
     def pre_filter(self, pod: Pod, state: CycleState) -> Status:
-        if not pod.resource_claims:
+        if not pod.resource_claims and not pod.claims_waiting:
             return SKIP
-        for key in pod.resource_claims:
-            if key not in self._catalog.claims:
-                return Status(Code.UNRESOLVABLE, f"resource claim {key} does not exist yet")
-        return SUCCESS
+        why = self._catalog.why_not(pod)
+        return Status(Code.UNRESOLVABLE, why) if why else SUCCESS
 
     def filter_with(self, pod: Pod, node: NodeInfo, state: CycleState) -> Status:
         why = self._catalog.fits(pod, node.name)
