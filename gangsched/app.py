@@ -13,6 +13,7 @@ import structlog
 
 from gangsched.api.gpushare import GpuLabels
 from gangsched.core.scheduler import Scheduler
+from gangsched.kube.dra import DraWatch
 from gangsched.kube.io.client import KubeClient, load_configuration, user_agent
 from gangsched.kube.io.health import HealthServer
 from gangsched.kube.io.leader import LeaderElector
@@ -21,6 +22,7 @@ from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.statuscontroller import StatusController
 from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.claims import ClaimWriter
 from gangsched.kube.write.gpushare import DeviceRecorder
 from gangsched.kube.write.preemptor import Preemptor
 from gangsched.kube.write.reporter import Reporter
@@ -211,6 +213,7 @@ async def build_app(settings: Settings) -> App:
     # one worker per request in flight the client keeps for informational writes
     outbox = Outbox(workers=max(4, client.background_slots), capacity=OUTBOX_CAPACITY)
     reporter = Reporter(client, outbox, instance)
+    dra = DraWatch(core)
     binder = Binder(
         client,
         core.bind_failed,
@@ -219,6 +222,8 @@ async def build_app(settings: Settings) -> App:
         fence=fence,
         # the GPU devices a share was placed on, recorded in the pod as Koordinator does
         annotations=DeviceRecorder(core.pod, core.node),
+        # resource claims are written against the ones watched
+        claims=ClaimWriter(client, dra.claims, fence=fence, held_by=core.device_holder),
     )
     metrics = Metrics()
     service = SchedulerService(
@@ -230,6 +235,7 @@ async def build_app(settings: Settings) -> App:
         fence=fence,
         status_resync_seconds=settings.status_resync_seconds,
         gpu_labels=GpuLabels(settings.gpu_model_label, settings.gpu_memory_label),
+        dra=dra,
         preemptor=Preemptor(
             client,
             instance=instance,

@@ -309,5 +309,9 @@ class ClaimCatalog:
             out[key] = ClaimWrite(key, claim.uid, claim.allocation, tuple(sorted(pods_)))
         return tuple(out[k] for k in sorted(out))
 
+    def holder(self, node: str, device: DeviceId) -> str:
+        """The claim whose written allocation holds the device, '' when none does."""
+        return self._allocated.get(node, {}).get(device, "")
+
     def tentative(self, key: str) -> ClaimAllocation | None:
         return self._tentative.get(key)

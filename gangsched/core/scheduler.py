@@ -38,7 +38,7 @@ from gangsched.core.preemption import Preemptor
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import Wake
 from gangsched.core.resourceclaims import Claim as ResourceClaim
-from gangsched.core.resourceclaims import Device, DeviceClass
+from gangsched.core.resourceclaims import Device, DeviceClass, DeviceId
 from gangsched.core.resources import GPU
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
 from gangsched.core.steps.book import GangBook
@@ -287,6 +287,11 @@ class Scheduler:
     def resource_claim_upsert(self, claim: ResourceClaim) -> None:
         self.cache.resource_claims.upsert_claim(claim)
         self.queue.wake(Wake.CLUSTER)
+
+    def device_holder(self, node: str, device: DeviceId) -> str:
+        """The resource claim whose written allocation (as watched) holds the device on the
+        node, '' when none does."""
+        return self.cache.resource_claims.holder(node, device)
 
     def resource_claim_refused(self, key: str, reason: str) -> None:
         """A ResourceClaim the reader refused (naming the field): its pods wait, saying so."""

@@ -38,6 +38,7 @@ from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.budgets import budget_reflector
+from gangsched.kube.dra import DraWatch
 from gangsched.kube.effects import Effects
 from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.io.api import KubeApi
@@ -108,8 +109,12 @@ class SchedulerService:
         restarter: GangRestarter | None = None,
         gpu_labels: GpuLabels | None = None,
         upstream_status: UpstreamStatus | None = None,
+        dra: DraWatch | None = None,
     ) -> None:
         self.core = core
+        # DeviceClasses, ResourceSlices and ResourceClaims (the binder writes claims against
+        # the ones watched here)
+        self.dra = dra or DraWatch(core)
         # the condition on upstream PodGroups (scheduling.k8s.io), as kube-scheduler writes it
         self.upstream = upstream_status or UpstreamStatus(client, reporter.outbox)
         # the node labels a node's GPU model and memory are read from (settings)
@@ -155,6 +160,10 @@ class SchedulerService:
             # Claims, volumes, storage classes, CSINodes: where pods with volumes may go.
             *storage_reflectors(
                 client, core, self.poke, slice_seconds=slice_seconds, on_yield=self._turned
+            ),
+            # Devices, device classes and resource claims (Dynamic Resource Allocation).
+            *self.dra.reflectors(
+                client, self.poke, slice_seconds=slice_seconds, on_yield=self._turned
             ),
             # PodDisruptionBudgets: which pods preemption spares where it can.
             budget_reflector(

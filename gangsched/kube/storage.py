@@ -10,7 +10,7 @@ provision and binds immediately, an unreadable CSINode publishes no limits.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gangsched.core.model import AffinityTerm, LabelSelector, Requirement
@@ -28,8 +28,9 @@ from gangsched.core.volumes import (
 )
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON
+from gangsched.kube.io.keyed import keyed_handler
 from gangsched.kube.io.reflector import Handler, Reflector
-from gangsched.kube.io.slicing import SLICE_SECONDS, in_slices
+from gangsched.kube.io.slicing import SLICE_SECONDS
 
 __all__ = [
     "claim_from",
@@ -267,46 +268,6 @@ def csinode_from(obj: Obj) -> CSINode:
 
 
 # ---- reflectors ----------------------------------------------------------------------------
-def _handler(
-    key_of: Callable[[JSON], str],
-    upsert: Callable[[JSON], None],
-    delete: Callable[[str], None],
-    poke: Callable[[], None],
-    budget: float,
-    on_yield: Callable[[], None] | None,
-) -> Handler:
-    """A watch handler that keeps a set of keys, so a relist drops what disappeared. A full
-    list ("SYNC") is handled by the awaitable it returns, in slices of ``budget`` seconds that
-    yield to the event loop (see slicing.py); the reflector awaits it before the next event."""
-    known: set[str] = set()
-
-    def keep(key: str, item: JSON) -> None:
-        known.add(key)
-        upsert(item)
-
-    async def sync(items: list[JSON]) -> None:
-        fresh = {key_of(item): item for item in items}
-        await in_slices(known - fresh.keys(), delete, budget, on_yield=on_yield)
-        known.clear()
-        await in_slices(fresh.items(), lambda kv: keep(*kv), budget, on_yield=on_yield)
-        poke()
-
-    def handle(kind: str, obj: JSON) -> Awaitable[None] | None:
-        if kind == "SYNC":
-            return sync(obj.get("items") or [])
-        if kind == "DELETED":
-            key = key_of(obj)
-            known.discard(key)
-            delete(key)
-        else:
-            known.add(key_of(obj))
-            upsert(obj)
-        poke()
-        return None
-
-    return handle
-
-
 def _namespaced_key(obj: JSON) -> str:
     ns, name = _identity(obj)
     return f"{ns}/{name}"
@@ -338,7 +299,7 @@ def storage_reflectors(
         upsert: Callable[[JSON], None],
         delete: Callable[[str], None],
     ) -> Handler:
-        return _handler(key_of, upsert, delete, poke, slice_seconds, on_yield)
+        return keyed_handler(key_of, upsert, delete, poke, slice_seconds, on_yield)
 
     return [
         Reflector(

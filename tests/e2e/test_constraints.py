@@ -170,13 +170,13 @@ def test_a_gang_with_gated_members_waits_for_its_gates_then_binds_whole(
     wait_for("all 3 members bound", lambda: len(bound(cp, ns)) == 3)
 
 
-def test_resource_claims_are_refused_by_name_and_never_bound(
+def test_a_pod_naming_a_resource_claim_that_does_not_exist_waits_naming_it(
     control_plane: ControlPlane, running_scheduler: SchedulerProcess, ns: str, zoned: dict[str, str]
 ) -> None:
     cp = control_plane
     dra = pod("dra", ns, selector=zoned)
     dra["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "some-claim"}]
     create(cp, dra)
-    msg = wait_for("a condition naming the field", lambda: _unschedulable_message(cp, ns, "dra"))
-    assert "spec.resourceClaims" in msg, msg
+    msg = wait_for("a condition naming the claim", lambda: _unschedulable_message(cp, ns, "dra"))
+    assert f"resource claim {ns}/some-claim does not exist yet" in msg, msg
     assert "dra" not in bound(cp, ns)

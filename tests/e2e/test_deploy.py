@@ -547,6 +547,12 @@ def test_every_request_of_the_service_account_is_allowed(
 IN_NS = ("-n", NAMESPACE)
 
 ALLOWED: list[tuple[str, ...]] = [
+    ("list", "deviceclasses.resource.k8s.io"),
+    ("watch", "resourceslices.resource.k8s.io"),
+    ("watch", "resourceclaims.resource.k8s.io"),
+    ("get", "resourceclaims.resource.k8s.io"),
+    ("update", "resourceclaims.resource.k8s.io"),
+    ("update", "resourceclaims.resource.k8s.io", "--subresource=status"),
     ("list", "nodes"),
     ("watch", "nodes"),
     ("list", "namespaces"),
@@ -589,6 +595,12 @@ ALLOWED: list[tuple[str, ...]] = [
 ]
 
 DENIED: list[tuple[str, ...]] = [
+    ("create", "resourceclaims.resource.k8s.io"),
+    ("delete", "resourceclaims.resource.k8s.io"),
+    ("patch", "resourceclaims.resource.k8s.io"),
+    ("update", "resourceslices.resource.k8s.io"),
+    ("create", "deviceclasses.resource.k8s.io"),
+    ("create", "resourceclaimtemplates.resource.k8s.io"),
     ("create", "pods"),
     ("update", "pods"),
     ("patch", "pods"),

@@ -13,6 +13,10 @@ mistake. Outcomes per pod:
 - 0 / 429 / 5xx: retried with backoff, then given up: the reservation is dropped and the gang
   retried. Pods cannot be unbound, so members already bound stay bound.
 
+PreBind for resource claims (``BindGang.claims``, Dynamic Resource Allocation) comes first:
+every claim's allocation and reservation written before any pod is bound, all undone if one
+cannot be (see claims.py); then volumes.
+
 PreBind (``BindGang.volumes``), before any pod of the gang is bound, as kube-scheduler's
 volume binder does it for one pod: each static PersistentVolume is pre-bound to its claim
 (``spec.claimRef``, with ``pv.kubernetes.io/bound-by-controller``; read first, and patched at
@@ -56,6 +60,7 @@ from gangsched.core.volumes import (
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import ApiError, FenceCheck, FencedError
 from gangsched.kube.storage import claim_from, pv_from
+from gangsched.kube.write.claims import ClaimWriter, Written
 
 __all__ = ["BindResult", "Binder"]
 
@@ -82,8 +87,11 @@ class Binder:
         volume_poll: float = 0.25,
         fence: FenceCheck | None = None,
         annotations: Callable[[Binding], Mapping[str, str]] | None = None,
+        claims: ClaimWriter | None = None,
     ) -> None:
         self._client = client
+        # PreBind for resource claims (kube/write/claims.py)
+        self.claims = claims or ClaimWriter(client, fence=fence)
         self._annotations = annotations
         self._fence = fence
         self._on_failure = on_failure
@@ -109,16 +117,18 @@ class Binder:
     async def _bind_gang(self, decision: BindGang) -> list[BindResult]:
         if self._fence is not None and not self._fence():
             raise FencedError("BIND", decision.gang)
+        written: list[Written] = []
+        if decision.claims:
+            names = {b.pod.uid: b.pod.name for b in decision.bindings}
+            why, written = await self.claims.write(decision.claims, names)
+            if why:
+                return self._all_failed(decision, f"allocating resource claims: {why}")
         if decision.volumes:
             why = await self.bind_volumes(decision.volumes)
             if why:
-                message = f"binding volumes: {why}"
                 log.warning("volume binding failed", gang=decision.gang, error=why)
-                failed = [BindResult(b, False, message) for b in decision.bindings]
-                for r in failed:
-                    self.failed += 1
-                    self._on_failure(r.binding.pod.uid, r.message)
-                return failed
+                await self.claims.undo(written)
+                return self._all_failed(decision, f"binding volumes: {why}")
         outcomes = await asyncio.gather(
             *(self.bind_one(b) for b in decision.bindings), return_exceptions=True
         )
@@ -127,6 +137,10 @@ class Binder:
             if isinstance(o, BaseException):
                 raise o
             results.append(o)
+        unbound = {r.binding.pod.uid for r in results if not r.ok}
+        if written and unbound:
+            # the pods that did not bind stop holding their claims
+            await self.claims.undo(written, unbound)
         for r in results:
             if r.ok:
                 self.bound += 1
@@ -134,6 +148,13 @@ class Binder:
                 self.failed += 1
                 self._on_failure(r.binding.pod.uid, r.message)
         return list(results)
+
+    def _all_failed(self, decision: BindGang, message: str) -> list[BindResult]:
+        failed = [BindResult(b, False, message) for b in decision.bindings]
+        for r in failed:
+            self.failed += 1
+            self._on_failure(r.binding.pod.uid, r.message)
+        return failed
 
     async def bind_one(self, b: Binding) -> BindResult:
         pod = b.pod

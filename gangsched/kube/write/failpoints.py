@@ -8,7 +8,9 @@ when this module is first imported; unset, as in every real deployment, each che
 dictionary look-up that finds nothing. The moments:
 
 - ``evict.marked``: a victim's ``DisruptionTarget`` mark was accepted (kube/write/preemptor.py);
-- ``evict.deleted``: a victim's delete was accepted.
+- ``evict.deleted``: a victim's delete was accepted;
+- ``claims.written``: a resource claim's allocation or reservation was accepted
+  (kube/write/claims.py), before the gang's pods are bound.
 
 The end-to-end tests (tests/e2e/test_crash_safety.py) kill the scheduler at these exact moments
 and check that the next process carries the eviction out (core/eviction.py).

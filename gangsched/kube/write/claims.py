@@ -1,0 +1,278 @@
+"""PreBind for resource claims (Dynamic Resource Allocation): the allocations a gang's binding
+carries (``BindGang.claims``) written, every one of them, before any member binds; undone if
+one cannot be.
+
+For each claim, as kube-scheduler v1.36's DynamicResources plugin writes it:
+
+1. the claim as last watched is the precondition: the same uid, not being deleted, and either
+   not allocated or allocated exactly as the decision says (a claim shared by members, or
+   written before a restart); otherwise the write fails, naming the claim;
+2. a claim to allocate first gets the finalizer ``resource.kubernetes.io/delete-protection``
+   (an update of the object, at the watched resourceVersion), so it cannot vanish while
+   allocated;
+3. then its status (at the resourceVersion just returned): ``status.allocation`` (the devices,
+   each as ``request``/``driver``/``pool``/``device``, ``adminAccess`` where the request asks
+   it, and a node selector naming the node by ``metadata.name``) and the gang's pods that use
+   it added to ``status.reservedFor`` (``resource: pods``, name, uid).
+
+Every write carries the claim's resourceVersion: a claim that changed since the decision was
+made (409 Conflict) is never written over; the gang's attempt fails and is retried on what the
+watch then says, so nothing binds on a stale allocation. With leader election every write
+carries the elector's fence.
+
+If any write fails, the ones already made are undone, newest first: the pods added are removed
+from ``reservedFor``, and a claim this attempt allocated and that no consumer holds any more
+loses its allocation and then its finalizer (as kube-controller-manager's resourceclaim
+controller deallocates). Pods whose binding fails afterwards are removed from their claims'
+consumers the same way. A crash between the writes and the bindings leaves the claims written
+and reserved: the next leader reads them back and binds the pods where they were allocated,
+writing nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from gangsched.api.dra import resource_claim_from
+from gangsched.core.decisions import ClaimWrite
+from gangsched.core.resourceclaims import Claim, ClaimAllocation, DeviceId
+from gangsched.kube.io.api import KubeApi
+from gangsched.kube.io.client import JSON, ApiError, FenceCheck
+from gangsched.kube.write import failpoints
+
+__all__ = ["FINALIZER", "ClaimWriter", "Written", "allocation_json"]
+
+log = structlog.get_logger("gangsched.claims")
+
+FINALIZER = "resource.kubernetes.io/delete-protection"
+API = "/apis/resource.k8s.io/v1"
+UNDO_TRIES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A claim this attempt wrote: whether it allocated it, and the pods it added."""
+
+    claim: str
+    uid: str
+    allocated: bool
+    added: tuple[str, ...]
+
+
+def _path(key: str) -> str:
+    ns, _, name = key.partition("/")
+    return f"{API}/namespaces/{ns}/resourceclaims/{name}"
+
+
+def _admin_requests(obj: Mapping[str, Any]) -> set[str]:
+    """The requests of the claim (``<request>``) that ask for admin access."""
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    out: set[str] = set()
+    for r in requests if isinstance(requests, list) else ():
+        exactly = r.get("exactly") if isinstance(r, Mapping) else None
+        if isinstance(exactly, Mapping) and exactly.get("adminAccess") is True:
+            out.add(str(r.get("name")))
+    return out
+
+
+def allocation_json(allocation: ClaimAllocation, admin: Collection[str] = ()) -> JSON:
+    """``status.allocation`` as kube-scheduler writes it."""
+    results: list[dict[str, Any]] = []
+    for request, device in allocation.results:
+        r: dict[str, Any] = {
+            "request": request,
+            "driver": device.driver,
+            "pool": device.pool,
+            "device": device.name,
+        }
+        if request.partition("/")[0] in admin:
+            r["adminAccess"] = True
+        results.append(r)
+    return {
+        "devices": {"results": results},
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {
+                    "matchFields": [
+                        {"key": "metadata.name", "operator": "In", "values": [allocation.node]}
+                    ]
+                }
+            ]
+        },
+    }
+
+
+def _same(a: ClaimAllocation, b: ClaimAllocation) -> bool:
+    return a.node == b.node and sorted(a.results) == sorted(b.results)
+
+
+class _WriteError(Exception):
+    pass
+
+
+class ClaimWriter:
+    def __init__(
+        self,
+        client: KubeApi,
+        watched: Mapping[str, JSON] | None = None,
+        *,
+        fence: FenceCheck | None = None,
+        held_by: Callable[[str, DeviceId], str] | None = None,
+    ) -> None:
+        self._client = client
+        # which claim the watch last saw holding a device on a node ('' for none): checked
+        # again just before a write, so a device another scheduler took since the decision
+        # was made is not given out twice
+        self._held_by = held_by
+        # the claims as watched (kube/dra.py); without them each claim is read first
+        self._watched = watched
+        self._fence = fence
+        self.written = 0
+        self.undone = 0
+
+    async def _current(self, key: str) -> JSON | None:
+        obj = self._watched.get(key) if self._watched is not None else None
+        if obj is not None:
+            return obj
+        try:
+            return await self._client.get(_path(key))
+        except ApiError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def _put(self, path: str, body: JSON) -> JSON:
+        return await self._client.request("PUT", path, body=body, fence=self._fence)
+
+    async def write(
+        self, writes: Sequence[ClaimWrite], names: Mapping[str, str]
+    ) -> tuple[str, list[Written]]:
+        """Write every claim; ('', what was written) on success. On a failure what was
+        written is undone and (why, []) returned. ``names``: pod uid -> pod name."""
+        done: list[Written] = []
+        for w in writes:
+            try:
+                done.append(await self._write(w, names))
+            except (_WriteError, ApiError) as e:
+                why = str(e)
+                if isinstance(e, ApiError) and e.status == 409:
+                    why = f"resource claim {w.claim} changed since it was read: {e}"
+                log.warning("resource claim write failed", claim=w.claim, error=why)
+                await self.undo(done)
+                return why, []
+        self.written += len(done)
+        return "", done
+
+    async def _write(self, w: ClaimWrite, names: Mapping[str, str]) -> Written:
+        obj = await self._current(w.claim)
+        if obj is None:
+            raise _WriteError(f"resource claim {w.claim} was deleted")
+        meta = obj.get("metadata") or {}
+        if meta.get("uid") != w.uid:
+            raise _WriteError(f"resource claim {w.claim} was recreated")
+        if meta.get("deletionTimestamp"):
+            raise _WriteError(f"resource claim {w.claim} is being deleted")
+        read = resource_claim_from(obj)
+        if not isinstance(read, Claim):
+            raise _WriteError(f"resource claim {w.claim} cannot be used: {read.reason}")
+        allocate = read.allocation is None
+        if read.allocation is not None and not _same(read.allocation, w.allocation):
+            raise _WriteError(
+                f"resource claim {w.claim} was allocated on node {read.allocation.node} meanwhile"
+            )
+        if allocate and self._held_by is not None:
+            for device in w.allocation.devices:
+                holder = self._held_by(w.allocation.node, device)
+                if holder and holder != w.claim:
+                    raise _WriteError(
+                        f"device {device} on node {w.allocation.node} was allocated to "
+                        f"resource claim {holder} meanwhile"
+                    )
+        path = _path(w.claim)
+        obj = copy.deepcopy(dict(obj))
+        if allocate:
+            finalizers = list(obj.get("metadata", {}).get("finalizers") or [])
+            if FINALIZER not in finalizers:
+                obj["metadata"] = {**obj["metadata"], "finalizers": [*finalizers, FINALIZER]}
+                obj = dict(await self._put(path, obj))
+        status = dict(obj.get("status") or {})
+        reserved = list(status.get("reservedFor") or [])
+        have = {r.get("uid") for r in reserved if isinstance(r, Mapping)}
+        added = tuple(uid for uid in w.pods if uid not in have)
+        reserved += [{"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in added]
+        if allocate:
+            status["allocation"] = allocation_json(w.allocation, _admin_requests(obj))
+        status["reservedFor"] = reserved
+        obj["status"] = status
+        if allocate or added:
+            await self._put(f"{path}/status", obj)
+            failpoints.reached("claims.written")
+        log.info(
+            "resource claim written",
+            claim=w.claim,
+            node=w.allocation.node,
+            allocated=allocate,
+            reserved=len(added),
+        )
+        return Written(w.claim, w.uid, allocate, added)
+
+    async def undo(self, done: Sequence[Written], pods: Collection[str] | None = None) -> None:
+        """Take back what ``done`` wrote, newest first: for the pods ``pods`` (all of them
+        when None). Errors are logged; kube-controller-manager's resourceclaim controller
+        removes consumers that are gone in any case."""
+        for d in reversed(done):
+            gone = tuple(u for u in d.added if pods is None or u in pods)
+            if not gone and pods is not None:
+                continue
+            try:
+                await self._undo_one(d, gone)
+                self.undone += 1
+            except (_WriteError, ApiError) as e:
+                log.warning("could not undo a resource claim write", claim=d.claim, error=str(e))
+
+    async def _undo_one(self, d: Written, gone: tuple[str, ...]) -> None:
+        path = _path(d.claim)
+        for attempt in range(UNDO_TRIES):
+            try:
+                obj = dict(await self._client.get(path))
+            except ApiError as e:
+                if e.status == 404:
+                    return
+                raise
+            meta = obj.get("metadata") or {}
+            if meta.get("uid") != d.uid:
+                return
+            status = dict(obj.get("status") or {})
+            reserved = [
+                r
+                for r in status.get("reservedFor") or []
+                if not (isinstance(r, Mapping) and r.get("uid") in gone)
+            ]
+            changed = len(reserved) != len(status.get("reservedFor") or [])
+            status["reservedFor"] = reserved
+            if d.allocated and not reserved and status.get("allocation") is not None:
+                status.pop("allocation")
+                changed = True
+            try:
+                if changed:
+                    obj["status"] = status
+                    obj = dict(await self._put(f"{path}/status", obj))
+                finalizers = list((obj.get("metadata") or {}).get("finalizers") or [])
+                if d.allocated and "allocation" not in status and FINALIZER in finalizers:
+                    finalizers.remove(FINALIZER)
+                    obj["metadata"] = {**obj["metadata"], "finalizers": finalizers}
+                    await self._put(path, obj)
+                log.info("resource claim write undone", claim=d.claim, pods=len(gone))
+                return
+            except ApiError as e:
+                if e.status != 409 or attempt == UNDO_TRIES - 1:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))

@@ -1,0 +1,463 @@
+"""Dynamic Resource Allocation end to end on the real control plane.
+
+A fake DRA driver is the test itself: it publishes a ResourceSlice of GPUs for each of its KWOK
+nodes (no kubelet is needed to allocate) and a DeviceClass for its driver; kube-controller-manager's
+resourceclaim controller makes the claims of a Job's pods from a ResourceClaimTemplate (and
+deletes them when the pods are done). What is checked:
+
+- a gang of 8 binds whole, and every claim is allocated and reserved for its pod before the
+  first member binds: read on the watch, by resourceVersion (one etcd orders every write);
+- a gang that does not fit leaves every claim unallocated and unreserved, and says why in
+  devices;
+- a restart mid-way (the scheduler killed right after its third claim write) ends with the gang
+  bound whole, the claims written before the crash kept as they were, no device given twice;
+- kube-scheduler's DynamicResources plugin scheduling other pods on the same devices at the same
+  time: no device is allocated twice.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster import controllermanager as kcm
+
+from .conftest import SchedulerProcess
+from .kube import bound, condition, create, pod, podgroup, pods, wait_for
+from .kube_scheduler import KubeScheduler
+
+Nodes = Callable[..., dict[str, str]]
+RESOURCE = "resource.k8s.io/v1"
+STEP = 90.0
+
+
+@pytest.fixture(scope="module")
+def claims_controller(control_plane: ControlPlane) -> Iterator[ControlPlane]:
+    """kube-controller-manager with the Job controller, the garbage collector and the
+    resourceclaim controller (claims from templates, reservations of pods that are gone)."""
+    control_plane.start_controller_manager(
+        (kcm.JOB, kcm.GARBAGE_COLLECTOR, "resourceclaim-controller")
+    )
+    try:
+        yield control_plane
+    finally:
+        control_plane.stop_controller_manager()
+
+
+class Driver:
+    """The fake DRA driver of one test: driver ``<ns>.gpu.example.com``, a DeviceClass of the
+    same name, one pool and one ResourceSlice per node."""
+
+    def __init__(self, cp: ControlPlane, ns: str) -> None:
+        self.cp, self.ns = cp, ns
+        self.name = f"{ns}.gpu.example.com"
+        self.made: list[tuple[str, str]] = []
+        create(
+            cp,
+            {
+                "apiVersion": RESOURCE,
+                "kind": "DeviceClass",
+                "metadata": {"name": self.name},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{self.name}"'}}]},
+            },
+        )
+        self.made.append(("deviceclass", self.name))
+
+    def publish(self, node: str, gpus: int, model: str = "h100") -> None:
+        devices = [
+            {
+                "name": f"gpu-{i}",
+                "attributes": {
+                    "index": {"int": i},
+                    "model": {"string": model},
+                    "driverVersion": {"version": "1.2.3"},
+                },
+                "capacity": {"memory": {"value": "80Gi"}},
+            }
+            for i in range(gpus)
+        ]
+        name = f"{node}-{self.name}"
+        create(
+            self.cp,
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": {
+                    "driver": self.name,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            },
+        )
+        self.made.append(("resourceslice", name))
+
+    def template(self, name: str, count: int = 1) -> None:
+        create(
+            self.cp,
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": self.ns},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "gpu",
+                                    "exactly": {"deviceClassName": self.name, "count": count},
+                                }
+                            ]
+                        }
+                    }
+                },
+            },
+        )
+
+    def claim(self, name: str, count: int = 1) -> dict[str, Any]:
+        return create(
+            self.cp,
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": self.ns},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {"deviceClassName": self.name, "count": count},
+                            }
+                        ]
+                    }
+                },
+            },
+        )
+
+    def remove(self) -> None:
+        for kind, name in self.made:
+            self.cp.kubectl("delete", kind, name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def driver(claims_controller: ControlPlane, ns: str) -> Iterator[Driver]:
+    d = Driver(claims_controller, ns)
+    yield d
+    d.remove()
+
+
+@pytest.fixture
+def dra_nodes(
+    claims_controller: ControlPlane, ns: str, nodes: Nodes, driver: Driver
+) -> Callable[[int, int], dict[str, str]]:
+    """``dra_nodes(count, gpus)``: KWOK nodes with no ``nvidia.com/gpu`` and ``gpus`` DRA
+    devices each; returns their node selector."""
+
+    def make(count: int, gpus: int) -> dict[str, str]:
+        sel = nodes(count, gpus=0)
+        names = [
+            n["metadata"]["name"]
+            for n in claims_controller.kubectl_json("get", "nodes", "-l", f"e2e-test={ns}")["items"]
+        ]
+        for name in sorted(names):
+            driver.publish(name, gpus)
+        return sel
+
+    return make
+
+
+class Watch:
+    """``kubectl get <resource> --watch`` in the background: every event, in order."""
+
+    def __init__(self, cp: ControlPlane, resource: str, ns: str) -> None:
+        argv = [
+            str(cp.bin_dir / "kubectl"),
+            f"--kubeconfig={cp.kubeconfig}",
+            "get",
+            resource,
+            "-n",
+            ns,
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self.events: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buf = ""
+        for line in self.proc.stdout:
+            buf += line
+            while buf.strip():
+                try:
+                    obj, end = decoder.raw_decode(buf.lstrip())
+                except json.JSONDecodeError:
+                    break
+                buf = buf.lstrip()[end:]
+                self.events.append(obj)
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [e["object"] for e in list(self.events) if e.get("type") != "ERROR"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self._thread.join(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def watches(claims_controller: ControlPlane, ns: str) -> Iterator[Callable[[str], Watch]]:
+    started: list[Watch] = []
+
+    def start(resource: str) -> Watch:
+        w = Watch(claims_controller, resource, ns)
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.stop()
+
+
+def rv(obj: dict[str, Any]) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def job(name: str, ns: str, size: int, sel: dict[str, str], template: str) -> dict[str, Any]:
+    spec = pod("t", ns, group=name, gpus=0, selector=sel)["spec"]
+    spec["restartPolicy"] = "Never"
+    spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template}]
+    spec["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": size,
+            "parallelism": size,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"gangsched.io/pod-group": name, "app": name}},
+                "spec": spec,
+            },
+        },
+    }
+
+
+def claim_pod(name: str, ns: str, claim: str, sel: dict[str, str], **kw: Any) -> dict[str, Any]:
+    body = pod(name, ns, gpus=0, selector=sel, **kw)
+    body["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+    return body
+
+
+def claims(cp: ControlPlane, ns: str) -> dict[str, dict[str, Any]]:
+    items = cp.kubectl_json("get", "resourceclaims", "-n", ns)["items"]
+    return {c["metadata"]["name"]: c for c in items}
+
+
+def devices_of(claim: dict[str, Any]) -> list[tuple[str, str, str]]:
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    return [
+        (r["driver"], r["pool"], r["device"])
+        for r in (alloc.get("devices") or {}).get("results", [])
+    ]
+
+
+def allocated_node(claim: dict[str, Any]) -> str:
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    terms = (alloc.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    for t in terms:
+        for f in t.get("matchFields") or []:
+            if f.get("key") == "metadata.name":
+                return str(f["values"][0])
+    return ""
+
+
+def no_device_twice(all_claims: list[dict[str, Any]]) -> None:
+    taken = Counter(d for c in all_claims for d in devices_of(c))
+    twice = {d: n for d, n in taken.items() if n > 1}
+    assert not twice, f"devices allocated more than once: {twice}"
+
+
+def unbound_reason(p: dict[str, Any]) -> str:
+    c = condition(p, "PodScheduled") or {}
+    return str(c.get("message", ""))
+
+
+# ---- the tests -------------------------------------------------------------------------------
+def test_a_job_gang_of_8_binds_whole_with_every_claim_written_before_the_first_binding(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    driver: Driver,
+    dra_nodes: Callable[[int, int], dict[str, str]],
+    watches: Callable[[str], Watch],
+) -> None:
+    cp = claims_controller
+    sel = dra_nodes(2, 4)
+    driver.template("one-gpu")
+    pod_watch, claim_watch = watches("pods"), watches("resourceclaims")
+    create(cp, podgroup("train", ns, 8))
+    create(cp, job("train", ns, 8, sel, "one-gpu"))
+    wait_for("the gang of 8 bound", lambda: len(bound(cp, ns)) == 8, timeout=STEP)
+
+    # every claim was allocated and reserved for its pod before the first member bound
+    first_binding = min(rv(p) for p in pod_watch.objects() if p["spec"].get("nodeName"))
+    ready: dict[str, dict[str, Any]] = {}  # claim -> the first version allocated and reserved
+    for c in claim_watch.objects():
+        reserved = (c.get("status") or {}).get("reservedFor")
+        if devices_of(c) and reserved and c["metadata"]["name"] not in ready:
+            ready[c["metadata"]["name"]] = c
+    assert len(ready) == 8, list(ready)
+    assert max(rv(c) for c in ready.values()) < first_binding
+
+    # each pod runs where its claim was allocated, the claim reserved for it alone, on
+    # devices no other claim holds
+    placed = bound(cp, ns)
+    for p in pods(cp, ns).values():
+        [status] = p["status"]["resourceClaimStatuses"]
+        claim = ready[status["resourceClaimName"]]
+        assert allocated_node(claim) == placed[p["metadata"]["name"]]
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [p["metadata"]["uid"]]
+        assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+    no_device_twice(list(ready.values()))
+    assert sorted(Counter(placed.values()).values()) == [4, 4]
+
+    # the Job's pods finish (kwok), and the resourceclaim controller deletes their claims
+    wait_for("the claims of finished pods deleted", lambda: claims(cp, ns) == {}, timeout=STEP)
+
+
+def test_a_gang_that_does_not_fit_leaves_every_claim_unallocated(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    driver: Driver,
+    dra_nodes: Callable[[int, int], dict[str, str]],
+) -> None:
+    cp = claims_controller
+    sel = dra_nodes(3, 2)  # 6 devices for a gang of 8
+    for i in range(8):
+        driver.claim(f"c{i}")
+    create(cp, podgroup("big", ns, 8))
+    for i in range(8):
+        create(cp, claim_pod(f"big-{i}", ns, f"c{i}", sel, group="big"))
+    wait_for(
+        "the gang to say why it waits",
+        lambda: all("Unschedulable" in unbound_reason(p) for p in pods(cp, ns).values()),
+        timeout=STEP,
+    )
+    time.sleep(3)  # a few more attempts
+    assert bound(cp, ns) == {}
+    for c in claims(cp, ns).values():
+        assert not (c.get("status") or {}).get("allocation"), c
+        assert not (c.get("status") or {}).get("reservedFor"), c
+    why = unbound_reason(pods(cp, ns)["big-0"])
+    assert "3 device(s) asked, 2 free there" in why, why
+
+    # two more devices: the same gang now binds whole
+    extra = ",".join(f"{k}={v}" for k, v in sel.items())
+    names = [n["metadata"]["name"] for n in cp.kubectl_json("get", "nodes", "-l", extra)["items"]]
+    cp.kubectl("delete", "resourceslice", f"{sorted(names)[0]}-{driver.name}")
+    driver.made.remove(("resourceslice", f"{sorted(names)[0]}-{driver.name}"))
+    driver.publish(sorted(names)[0], 4)
+    wait_for("the gang bound once it fits", lambda: len(bound(cp, ns)) == 8, timeout=STEP)
+    no_device_twice(list(claims(cp, ns).values()))
+
+
+def test_a_restart_between_claim_writes_binds_the_gang_whole_writing_nothing_twice(
+    claims_controller: ControlPlane,
+    ns: str,
+    driver: Driver,
+    dra_nodes: Callable[[int, int], dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    cp = claims_controller
+    sel = dra_nodes(2, 4)
+    name = f"gangsched-{ns}"
+    first = SchedulerProcess(
+        cp,
+        tmp_path / "first.log",
+        "--scheduler-name",
+        name,
+        env={"GANGSCHED_FAILPOINTS": "claims.written=3"},
+    ).start()
+    second: SchedulerProcess | None = None
+    try:
+        for i in range(8):
+            driver.claim(f"c{i}")
+        create(cp, podgroup("g", ns, 8))
+        for i in range(8):
+            create(cp, claim_pod(f"g-{i}", ns, f"c{i}", sel, group="g", scheduler=name))
+        wait_for("the first scheduler killed at its third claim write", lambda: not first.alive())
+        written = {n: devices_of(c) for n, c in claims(cp, ns).items() if devices_of(c)}
+        assert len(written) == 3, written
+        assert bound(cp, ns) == {}
+        second = SchedulerProcess(cp, tmp_path / "second.log", "--scheduler-name", name).start()
+        wait_for("the gang bound whole", lambda: len(bound(cp, ns)) == 8, timeout=STEP)
+        now = claims(cp, ns)
+        for n, devices in written.items():
+            assert devices_of(now[n]) == devices, "a claim written before the crash was moved"
+        no_device_twice(list(now.values()))
+        placed = bound(cp, ns)
+        for i in range(8):
+            assert allocated_node(now[f"c{i}"]) == placed[f"g-{i}"]
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_with_kube_scheduler_on_the_same_devices_no_device_is_allocated_twice(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    driver: Driver,
+    dra_nodes: Callable[[int, int], dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    cp = claims_controller
+    if not KubeScheduler.available(cp):
+        pytest.skip("kube-scheduler is not built (hack/control-plane.sh builds it)")
+    sel = dra_nodes(4, 4)  # 16 devices
+    ks = KubeScheduler(cp, tmp_path / "kube-scheduler.log").start()
+    try:
+        # 2 gangs of 4 through gangsched and 8 lone pods through kube-scheduler, all at once
+        for g in ("a", "b"):
+            create(cp, podgroup(g, ns, 4))
+        for i in range(8):
+            driver.claim(f"ks-{i}")
+        for g in ("a", "b"):
+            for i in range(4):
+                driver.claim(f"{g}-{i}")
+        for i in range(4):
+            for g in ("a", "b"):
+                create(cp, claim_pod(f"{g}-{i}", ns, f"{g}-{i}", sel, group=g))
+            for j in (2 * i, 2 * i + 1):
+                create(cp, claim_pod(f"ks-{j}", ns, f"ks-{j}", sel, scheduler="default-scheduler"))
+        wait_for("all 16 pods bound", lambda: len(bound(cp, ns)) == 16, timeout=STEP)
+        now = claims(cp, ns)
+        no_device_twice(list(now.values()))
+        placed = bound(cp, ns)
+        for n, c in now.items():
+            assert allocated_node(c) == placed[n]
+    finally:
+        ks.stop()
