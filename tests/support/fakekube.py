@@ -65,6 +65,7 @@ HAS_STATUS = {
     "namespaces",
     "persistentvolumes",
     "persistentvolumeclaims",
+    "resourceclaims",
     "podgroups",
 }
 BUILTIN_GROUPS = {"apps", "batch", "policy", "autoscaling"}

@@ -198,11 +198,13 @@ class ClaimWriter:
                     )
         path = _path(w.claim)
         obj = copy.deepcopy(dict(obj))
+        added_finalizer = False
         if allocate:
             finalizers = list(obj.get("metadata", {}).get("finalizers") or [])
             if FINALIZER not in finalizers:
                 obj["metadata"] = {**obj["metadata"], "finalizers": [*finalizers, FINALIZER]}
                 obj = dict(await self._put(path, obj))
+                added_finalizer = True
         status = dict(obj.get("status") or {})
         reserved = list(status.get("reservedFor") or [])
         have = {r.get("uid") for r in reserved if isinstance(r, Mapping)}
@@ -213,7 +215,12 @@ class ClaimWriter:
         status["reservedFor"] = reserved
         obj["status"] = status
         if allocate or added:
-            await self._put(f"{path}/status", obj)
+            try:
+                await self._put(f"{path}/status", obj)
+            except ApiError:
+                if added_finalizer:  # the finalizer this attempt added goes too
+                    await self.undo([Written(w.claim, w.uid, True, ())])
+                raise
             failpoints.reached("claims.written")
         log.info(
             "resource claim written",

@@ -1,0 +1,165 @@
+"""Resource claims written before a gang binds (kube/write/claims.py through the binder), against
+the fake API server: every claim's finalizer, allocation and reservation before the first
+binding; all undone when one cannot be written; a claim allocated already only reserved; a pod
+whose binding fails taken off its claim; the fence; a device taken meanwhile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gangsched.core.decisions import BindGang, Binding, ClaimWrite, PodRef
+from gangsched.core.resourceclaims import ClaimAllocation, DeviceId
+from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.claims import FINALIZER, ClaimWriter, allocation_json
+from tests.support.fakekube import FakeKube
+
+PODS = "/api/v1/namespaces/ml/pods"
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims"
+DRIVER = "gpu.example.com"
+
+
+def _claim(i: int, **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"c{i}", "uid": f"cu{i}"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": status,
+    }
+
+
+def _alloc(i: int, node: str = "n1") -> ClaimAllocation:
+    return ClaimAllocation(node, (("gpu", DeviceId(DRIVER, node, f"gpu-{i}")),))
+
+
+def _write(i: int, *pods: int, node: str = "n1") -> ClaimWrite:
+    return ClaimWrite(f"ml/c{i}", f"cu{i}", _alloc(i, node), tuple(f"u{p}" for p in pods))
+
+
+def _gang(n: int, *writes: ClaimWrite) -> BindGang:
+    bindings = tuple(Binding(PodRef(f"u{i}", "ml", f"p{i}"), "n1") for i in range(n))
+    return BindGang("ml/g", bindings, claims=writes)
+
+
+class Rig:
+    def __init__(self, claims: int = 4, *, held: dict[DeviceId, str] | None = None) -> None:
+        self.kube = FakeKube()
+        self.kube.seed(PODS, *({"metadata": {"name": f"p{i}", "uid": f"u{i}"}} for i in range(4)))
+        self.kube.seed(CLAIMS, *(_claim(i) for i in range(claims)))
+        self.failures: dict[str, str] = {}
+        self.fence_ok = True
+        held_by = (lambda node, d: (held or {}).get(d, "")) if held is not None else None
+        self.writer = ClaimWriter(self.kube, fence=lambda: self.fence_ok, held_by=held_by)
+        self.binder = Binder(
+            self.kube,
+            self.failures.__setitem__,
+            retries=1,
+            retry_delay=0.001,
+            claims=self.writer,
+            fence=lambda: self.fence_ok,
+        )
+
+    def claim(self, i: int) -> dict[str, Any]:
+        obj = self.kube.get_object(f"{CLAIMS}/c{i}")
+        assert obj is not None
+        return obj
+
+
+async def test_every_claim_is_allocated_and_reserved_before_the_first_binding() -> None:
+    rig = Rig()
+    results = await rig.binder.bind_gang(_gang(4, *(_write(i, i) for i in range(4))))
+    assert all(r.ok for r in results)
+    for i in range(4):
+        c = rig.claim(i)
+        assert FINALIZER in c["metadata"]["finalizers"]
+        assert c["status"]["allocation"] == allocation_json(_alloc(i))
+        assert c["status"]["reservedFor"] == [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"}]
+    order = [r.path for r in rig.kube.requests if r.verb in ("update", "create")]
+    last_claim = max(i for i, p in enumerate(order) if "resourceclaims" in p)
+    first_binding = min(i for i, p in enumerate(order) if p.endswith("/binding"))
+    assert last_claim < first_binding
+    # each claim: the finalizer (an update of the object), then the status
+    assert order[:2] == [f"{CLAIMS}/c0", f"{CLAIMS}/c0/status"]
+    sel = rig.claim(0)["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"]
+    assert sel == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+
+
+async def test_a_claim_that_cannot_be_written_undoes_the_others_and_binds_nothing() -> None:
+    rig = Rig()
+    rig.kube.fail("update", r"/c2/status$", 409, message="the object has been modified")
+    results = await rig.binder.bind_gang(_gang(4, *(_write(i, i) for i in range(4))))
+    assert not any(r.ok for r in results)
+    assert rig.kube.sent("create", "/binding$") == []
+    for i in range(4):
+        c = rig.claim(i)
+        assert not c["status"].get("allocation"), c
+        assert not c["status"].get("reservedFor"), c
+        assert FINALIZER not in (c["metadata"].get("finalizers") or []), c
+    assert set(rig.failures) == {f"u{i}" for i in range(4)}
+    assert "resource claim ml/c2 changed since it was read" in rig.failures["u0"]
+
+
+async def test_a_claim_allocated_meanwhile_elsewhere_is_never_written_over() -> None:
+    rig = Rig()
+    other = allocation_json(_alloc(7, "n2"))
+    rig.kube.seed(CLAIMS, _claim(1, allocation=other))
+    await rig.binder.bind_gang(_gang(2, _write(0, 0), _write(1, 1)))
+    assert rig.claim(1)["status"]["allocation"] == other
+    assert not rig.claim(0)["status"].get("allocation")
+    assert "resource claim ml/c1 was allocated on node n2 meanwhile" in rig.failures["u0"]
+
+
+async def test_a_shared_claim_allocated_already_is_only_reserved_and_undone_only_so() -> None:
+    rig = Rig()
+    mine = allocation_json(_alloc(0))
+    someone = {"resource": "pods", "name": "p9", "uid": "u9"}
+    rig.kube.seed(CLAIMS, _claim(0, allocation=mine, reservedFor=[someone]))
+    rig.kube.fail("update", r"/c1/status$", 500, times=None)
+    await rig.binder.bind_gang(_gang(2, _write(0, 0, 1), _write(1, 1)))
+    c = rig.claim(0)
+    # the reservation was added, then taken back; the allocation and the other consumer stay
+    assert c["status"] == {"allocation": mine, "reservedFor": [someone]}
+    added = rig.kube.sent("update", "/c0/status$")
+    assert [x["uid"] for x in added[0].body["status"]["reservedFor"]] == ["u9", "u0", "u1"]
+    assert rig.kube.sent("update", r"/c0$") == []  # no finalizer: the claim was allocated
+
+
+async def test_a_pod_whose_binding_fails_is_taken_off_its_claim() -> None:
+    rig = Rig()
+    rig.kube.fail("create", r"/p1/binding$", 404, times=None)
+    results = await rig.binder.bind_gang(_gang(2, _write(0, 0), _write(1, 1)))
+    assert [r.ok for r in results] == [True, False]
+    assert rig.claim(0)["status"]["reservedFor"][0]["uid"] == "u0"
+    c1 = rig.claim(1)
+    assert not c1["status"].get("reservedFor") and not c1["status"].get("allocation")
+
+
+async def test_a_device_another_claim_took_meanwhile_fails_the_write() -> None:
+    taken = DeviceId(DRIVER, "n1", "gpu-1")
+    rig = Rig(held={taken: "ml/theirs"})
+    await rig.binder.bind_gang(_gang(2, _write(0, 0), _write(1, 1)))
+    assert (
+        "device gpu.example.com/n1/gpu-1 on node n1 was allocated to resource claim"
+        in (rig.failures["u1"])
+    )
+    assert not rig.claim(0)["status"].get("allocation")
+    assert rig.kube.sent("create", "/binding$") == []
+
+
+async def test_fenced_nothing_is_written() -> None:
+    rig = Rig()
+    rig.fence_ok = False
+    try:
+        await rig.binder.bind_gang(_gang(2, _write(0, 0), _write(1, 1)))
+    except Exception as e:  # FencedError: the process is on its way out
+        assert type(e).__name__ == "FencedError"
+    assert [r for r in rig.kube.requests if r.verb != "get"] == []
+
+
+async def test_a_deleted_or_recreated_claim_fails_naming_it() -> None:
+    rig = Rig()
+    rig.kube.remove(f"{CLAIMS}/c0")
+    await rig.binder.bind_gang(_gang(1, _write(0, 0)))
+    assert "resource claim ml/c0 was deleted" in rig.failures["u0"]
+    rig.kube.seed(CLAIMS, {**_claim(1), "metadata": {"name": "c1", "uid": "new"}})
+    rig.failures.clear()
+    await rig.binder.bind_gang(_gang(2, _write(1, 1)))
+    assert "resource claim ml/c1 was recreated" in rig.failures["u0"]
