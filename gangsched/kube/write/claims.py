@@ -12,8 +12,11 @@ For each claim, as kube-scheduler v1.36's DynamicResources plugin writes it:
    allocated;
 3. then its status (at the resourceVersion just returned): ``status.allocation`` (the devices,
    each as ``request``/``driver``/``pool``/``device``, ``adminAccess`` where the request asks
-   it, and a node selector naming the node by ``metadata.name``) and the gang's pods that use
-   it added to ``status.reservedFor`` (``resource: pods``, name, uid).
+   it, a node selector naming the node by ``metadata.name``, and ``allocationTimestamp``) and
+   the gang's pods that use it added to ``status.reservedFor`` (``resource: pods``, name,
+   uid). kube-scheduler v1.36 sets ``allocationTimestamp`` on a claim it adds a consumer to
+   when the allocation has none, which the API server refuses (the allocation is immutable):
+   a claim allocated without it could never be shared with a pod kube-scheduler places.
 
 Every write carries the claim's resourceVersion: a claim that changed since the decision was
 made (409 Conflict) is never written over; the gang's attempt fails and is retried on what the
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +48,7 @@ from gangsched.core.decisions import ClaimWrite
 from gangsched.core.resourceclaims import Claim, ClaimAllocation, DeviceId
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON, ApiError, FenceCheck
+from gangsched.kube.io.times import rfc3339
 from gangsched.kube.write import failpoints
 
 __all__ = ["FINALIZER", "ClaimWriter", "Written", "allocation_json"]
@@ -211,7 +216,12 @@ class ClaimWriter:
         added = tuple(uid for uid in w.pods if uid not in have)
         reserved += [{"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in added]
         if allocate:
-            status["allocation"] = allocation_json(w.allocation, _admin_requests(obj))
+            status["allocation"] = {
+                **allocation_json(w.allocation, _admin_requests(obj)),
+                # as kube-scheduler v1.36 writes it (DRADeviceBindingConditions, on by
+                # default): without it, kube-scheduler cannot add a consumer to this claim
+                "allocationTimestamp": rfc3339(time.time()),
+            }
         status["reservedFor"] = reserved
         obj["status"] = status
         if allocate or added:
