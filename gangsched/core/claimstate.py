@@ -14,12 +14,19 @@ gang's binding must write first, all of them before any member binds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from gangsched.core.claimalloc import Allocated, allocate
 from gangsched.core.decisions import ClaimWrite
 from gangsched.core.model import Pod
-from gangsched.core.resourceclaims import Claim, ClaimAllocation, Device, DeviceClass, DeviceId
+from gangsched.core.resourceclaims import (
+    AllocationMode,
+    Claim,
+    ClaimAllocation,
+    Device,
+    DeviceClass,
+    DeviceId,
+)
 
 __all__ = ["MAX_RESERVED", "ClaimCatalog"]
 
@@ -51,9 +58,13 @@ class ClaimCatalog:
         # Tentative claims a binding decision carries (being written): never moved again.
         self._committed: set[str] = set()
         self.generation = 0
+        # class -> the devices its selectors match, for the gang capacity pre-check; dropped
+        # whenever devices or classes change
+        self._of_class: dict[str, frozenset[DeviceId]] = {}
 
     # ---- what the watches say ----------------------------------------------------------
     def upsert_slice(self, key: str, devices: Iterable[Device]) -> None:
+        self._of_class.clear()
         old = self._slices.get(key, ())
         new = self._slices[key] = tuple(devices)
         for node in {d.node for d in (*old, *new)}:
@@ -65,17 +76,20 @@ class ClaimCatalog:
             self._reindex(node)
 
     def remove_slice(self, key: str) -> None:
+        self._of_class.clear()
         old = self._slices.pop(key, None)
         for node in {d.node for d in old or ()}:
             self._node_slices.get(node, set()).discard(key)
             self._reindex(node)
 
     def upsert_class(self, device_class: DeviceClass) -> None:
+        self._of_class.clear()
         self.classes[device_class.name] = device_class
         self.refused_classes.pop(device_class.name, None)
         self.generation += 1
 
     def remove_class(self, name: str) -> None:
+        self._of_class.clear()
         self.classes.pop(name, None)
         self.refused_classes.pop(name, None)
         self.generation += 1
@@ -308,6 +322,47 @@ class ClaimCatalog:
             assert claim.allocation is not None
             out[key] = ClaimWrite(key, claim.uid, claim.allocation, tuple(sorted(pods_)))
         return tuple(out[k] for k in sorted(out))
+
+    # ---- capacity, for the gang pre-check ----------------------------------------------------
+    def free_of_class(self, name: str) -> int:
+        """Devices the class's selectors match, on every node, that no written or committed
+        allocation holds."""
+        matching = self._of_class.get(name)
+        if matching is None:
+            cls = self.classes.get(name)
+            matching = frozenset(
+                d.id
+                for devices in self._by_node.values()
+                for d in devices
+                if cls is not None and all(s.matches(d) for s in cls.selectors)
+            )
+            self._of_class[name] = matching
+        held = sum(1 for per in self._allocated.values() for d in per if d in matching)
+        for k in self._committed:
+            alloc = self._tentative.get(k)
+            if alloc is not None:
+                held += sum(1 for d in alloc.devices if d in matching)
+        return len(matching) - held
+
+    def demand(self, pod: Pod, skip: Collection[str] = ()) -> dict[str, int]:
+        """A lower bound on the devices, by class, that the pod's claims (but those in
+        ``skip``, and those allocated already) take: an ``ExactCount`` request its count; a
+        ``firstAvailable`` one the least count of its alternatives when they are all of one
+        class; an ``All`` request nothing (it takes what there is)."""
+        out: dict[str, int] = {}
+        for key in pod.resource_claims:
+            claim = self.claims.get(key)
+            if key in skip or claim is None or claim.allocation is not None:
+                continue
+            for request in claim.requests:
+                options = [r for _, r in request.options()]
+                if not options or any(r.mode is not AllocationMode.EXACT_COUNT for r in options):
+                    continue
+                if len({r.device_class for r in options}) != 1:
+                    continue
+                cls = options[0].device_class
+                out[cls] = out.get(cls, 0) + min(r.count for r in options)
+        return out
 
     def holder(self, node: str, device: DeviceId) -> str:
         """The claim whose written allocation holds the device, '' when none does."""

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gangsched.core.cache import ClusterCache
@@ -359,6 +359,30 @@ class GangCycle:
                 return f"topology ({c.describe()}): no ready node has the label {key}"
         return ""
 
+    def _device_shortage(self, gang: Gang, h: Holdings, need: int) -> str:
+        """Could the ``need`` members still missing get the devices their resource claims ask,
+        by device class, from the devices no allocation holds? Claims several pending members
+        share are left out (they are allocated once). The shortage, or '' when they might."""
+        with_claims = [p for p in h.pending if p.resource_claims]
+        if not with_claims:
+            return ""
+        catalog = self._cache.resource_claims
+        uses = Counter(k for p in with_claims for k in set(p.resource_claims))
+        shared = {k for k, n in uses.items() if n > 1}
+        demands = [catalog.demand(p, shared) for p in h.pending]
+        for cls, amount in sorted(_least(demands, need).items()):
+            if cls not in catalog.classes:
+                continue  # the filter names a class that is missing or refused
+            free = catalog.free_of_class(cls)
+            if amount > free:
+                spec = gang.spec
+                assert spec is not None
+                return (
+                    f"needs {amount} device(s) of class {cls} for {need} more member(s) "
+                    f"(minMember {spec.min_member}); {max(free, 0)} free"
+                )
+        return ""
+
     def _prefilter(self, gang: Gang, h: Holdings, need: int) -> str:
         """Could the ``need`` members still missing (and minResources) fit in the cluster's
         free totals? Returns the shortage, or '' when they might."""
@@ -371,13 +395,23 @@ class GangCycle:
                     wanted[k] = v
         short = shortage(self._cache, wanted, {})
         if not short:
-            return ""
+            return self._device_shortage(gang, h, need)
         res, amount, free = short
         return (
             f"needs {format_amount(res, amount)} {res} for {need} more member(s) "
             f"(minMember {spec.min_member}); {format_amount(res, max(free, 0))} free "
             f"in ready nodes"
         )
+
+
+def _least(demands: Sequence[Mapping[str, int]], count: int) -> dict[str, int]:
+    """Per key, the sum of the ``count`` smallest amounts among ``demands`` (0 where absent)."""
+    out: dict[str, int] = {}
+    for key in {k for d in demands for k in d}:
+        total = sum(sorted(d.get(key, 0) for d in demands)[:count])
+        if total:
+            out[key] = total
+    return out
 
 
 def least_requests(pods: Sequence[Pod], count: int) -> ResourceList:

@@ -91,10 +91,12 @@ def test_an_earlier_members_devices_are_chosen_again_for_a_later_one() -> None:
 
 
 def test_a_gang_that_does_not_fit_allocates_nothing_and_says_why() -> None:
-    h = cluster(("n1", devices("n1", 2)))
+    # three devices of the class (the pre-check passes), two of them of the model asked
+    other = Device(DeviceId("gpu.example.com", "n1", "gpu-x"), "n1", {"model": "b"})
+    h = cluster(("n1", [*devices("n1", 2, model="a"), other]))
     h.gang("ml/big", 3)
     for i in range(3):
-        h.s.resource_claim_upsert(gpu_claim(f"c{i}"))
+        h.s.resource_claim_upsert(gpu_claim(f"c{i}", model_is("a")))
     h.add(
         *(
             replace(p, resource_claims=(f"ml/c{i}",))
@@ -201,3 +203,29 @@ def test_a_written_allocation_replaces_the_tentative_one() -> None:
     h.s.resource_claim_upsert(gpu_claim("d"))
     h.add(replace(pod("q", gpus=0), resource_claims=("ml/d",)))
     assert not binds(h.run(confirm=False)), "the only device is allocated to ml/c"
+
+
+def test_a_gang_short_of_devices_says_how_many_of_which_class_before_any_search() -> None:
+    h = cluster(("n1", devices("n1", 2)), ("n2", devices("n2", 2)))
+    h.gang("ml/big", 4)
+    h.s.resource_claim_upsert(
+        replace(
+            gpu_claim("held"),
+            allocation=ClaimAllocation(
+                "n2", (("gpu", DeviceId("gpu.example.com", "n2", "gpu-0")),)
+            ),
+        )
+    )
+    for i in range(4):
+        h.s.resource_claim_upsert(gpu_claim(f"c{i}"))
+    h.add(
+        *(
+            replace(p, resource_claims=(f"ml/c{i}",))
+            for i, p in enumerate(members("ml/big", 4, gpus=0))
+        )
+    )
+    out = h.run(confirm=False)
+    [u] = [d for d in out if isinstance(d, GangUnschedulable)]
+    assert u.message == (
+        "needs 4 device(s) of class gpu.example.com for 4 more member(s) (minMember 4); 3 free"
+    )
