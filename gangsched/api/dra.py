@@ -122,8 +122,13 @@ def device_class_from(obj: object) -> DeviceClass | DraError:
         meta = as_map(m.get("metadata"), "metadata")
         name = nonempty_str(meta.get("name"), "metadata.name")
         spec = as_map(m.get("spec"), "spec")
-        _refuse_set(spec, "spec", ("config", "extendedResourceName"))
-        return DeviceClass(name, _selectors(spec.get("selectors"), "spec.selectors"))
+        _refuse_set(spec, "spec", ("config",))
+        extended = spec.get("extendedResourceName")
+        return DeviceClass(
+            name,
+            _selectors(spec.get("selectors"), "spec.selectors"),
+            "" if extended is None else nonempty_str(extended, "spec.extendedResourceName"),
+        )
     except (SpecError, QuantityError, TypeError, ValueError) as e:
         return DraError(name, str(e))
     except Exception as e:  # never raise on what the API server sends

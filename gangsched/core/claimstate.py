@@ -94,6 +94,13 @@ class ClaimCatalog:
         self.refused_classes.pop(name, None)
         self.generation += 1
 
+    def extended(self, resource: str) -> str:
+        """The DeviceClass that serves ``resource`` as a DRA extended resource, '' if none."""
+        for cls in self.classes.values():
+            if cls.extended_resource == resource:
+                return cls.name
+        return ""
+
     def refuse_class(self, name: str, reason: str) -> None:
         """The DeviceClass exists but cannot be used: no claim of it is allocated."""
         self.remove_class(name)

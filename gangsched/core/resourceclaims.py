@@ -88,6 +88,9 @@ class Selector:
 class DeviceClass:
     name: str
     selectors: tuple[Selector, ...] = ()
+    # spec.extendedResourceName: pods asking this extended resource may be served by devices
+    # of this class (KEP-5004), which gangsched does not do yet (refused by name)
+    extended_resource: str = ""
 
 
 class AllocationMode(StrEnum):

@@ -180,11 +180,6 @@ def test_device_class() -> None:
             "spec.config: not supported yet",
         ),
         (
-            "spec.extendedResourceName",
-            "example.com/gpu",
-            "spec.extendedResourceName: not supported",
-        ),
-        (
             "spec.selectors[0].cel.expression",
             "lowerAscii(device.driver) == 'x'",
             "spec.selectors[0].cel.expression: function lowerAscii is not supported",

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster import controllermanager as kcm
 
-from .conftest import SchedulerProcess
+from .conftest import REPO, SchedulerProcess
 from .kube import bound, condition, create, pod, podgroup, pods, wait_for
 from .kube_scheduler import KubeScheduler
 
@@ -480,3 +481,69 @@ def test_with_kube_scheduler_on_the_same_devices_no_device_is_allocated_twice(
             assert allocated_node(c) == placed[n]
     finally:
         ks.stop()
+
+
+def test_the_integration_example_places_the_gang_in_one_clique(
+    claims_controller: ControlPlane, running_scheduler: SchedulerProcess, ns: str
+) -> None:
+    """docs/integrations/dra.md's manifest, as written (in this test's namespace), on KWOK
+    nodes whose H100s a fake ``gpu.nvidia.com`` driver publishes: clique A has 4 nodes of 8
+    (32 GPUs, what the gang needs), clique B 2 nodes of 8 H100s and a node of A100s."""
+    cp = claims_controller
+    text = (REPO / "docs" / "integrations" / "dra.md").read_text()
+    manifest = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    objs = [o for o in yaml.safe_load_all(manifest) if o]
+    nv = "gpu.nvidia.com"
+    if cp.kubectl("get", "deviceclass", nv, check=False).returncode == 0:
+        pytest.skip("a DeviceClass gpu.nvidia.com exists already on this control plane")
+    layout = [("a", "NVIDIA H100 80GB HBM3")] * 4 + [("b", "NVIDIA H100 80GB HBM3")] * 2
+    layout.append(("b", "NVIDIA A100-SXM4-80GB"))
+    made: list[tuple[str, str]] = []
+    try:
+        for i, (clique, product) in enumerate(layout):
+            name = f"{ns}-c{clique}{i}"
+            labels = {"e2e-test": ns, "nvidia.com/gpu.clique": f"{ns}-{clique}"}
+            cp.add_fake_node(name, "64", "512Gi", 0, labels=labels)
+            made.append(("node", name))
+            devices = [
+                {
+                    "name": f"gpu-{d}",
+                    "attributes": {"productName": {"string": product}, "index": {"int": d}},
+                }
+                for d in range(8)
+            ]
+            create(
+                cp,
+                {
+                    "apiVersion": RESOURCE,
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": f"{name}-{nv}"},
+                    "spec": {
+                        "driver": nv,
+                        "nodeName": name,
+                        "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                        "devices": devices,
+                    },
+                },
+            )
+            made.append(("resourceslice", f"{name}-{nv}"))
+        for obj in objs:
+            if obj["kind"] == "DeviceClass":
+                made.append(("deviceclass", obj["metadata"]["name"]))
+            else:
+                obj["metadata"]["namespace"] = ns
+            if obj["kind"] == "Job":  # the test's nodes only (and their kwok taint)
+                spec = obj["spec"]["template"]["spec"]
+                spec["nodeSelector"] = {"e2e-test": ns}
+                spec["tolerations"] = [{"operator": "Exists", "effect": "NoSchedule"}]
+            create(cp, obj)
+        wait_for("the gang of 8 bound", lambda: len(bound(cp, ns)) >= 8, timeout=STEP)
+        placed = bound(cp, ns)
+        assert {n.split("-c")[-1][0] for n in placed.values()} == {"a"}, placed
+        assert sorted(Counter(placed.values()).values()) == [2, 2, 2, 2]
+    finally:
+        cp.kubectl("delete", "job", "train", "-n", ns, "--wait=false", check=False)
+        for kind in ("resourceslice", "deviceclass", "node"):
+            names = [n for k, n in made if k == kind]
+            if names:
+                cp.kubectl("delete", kind, *names, "--wait=false", check=False)
