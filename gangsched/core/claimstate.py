@@ -61,10 +61,20 @@ class ClaimCatalog:
         # class -> the devices its selectors match, for the gang capacity pre-check; dropped
         # whenever devices or classes change
         self._of_class: dict[str, frozenset[DeviceId]] = {}
+        self._held_total = 0  # devices written allocations hold, on every node
+        self._node_free: dict[str, int] = {}  # node -> its devices no written allocation holds
+        self._free_nodes: dict[int, dict[str, None]] = {}  # that count -> the nodes, in order
+        # (node, class) -> (node generation, devices of the class free of written
+        # allocations, and of tentative ones too)
+        self._free_cache: dict[tuple[str, str], tuple[int, int, int, int]] = {}
+        self._asked_last: (
+            tuple[str, int, tuple[dict[str, int], dict[str, str], bool] | None] | None
+        ) = None
 
     # ---- what the watches say ----------------------------------------------------------
     def upsert_slice(self, key: str, devices: Iterable[Device]) -> None:
         self._of_class.clear()
+        self._free_cache.clear()
         old = self._slices.get(key, ())
         new = self._slices[key] = tuple(devices)
         for node in {d.node for d in (*old, *new)}:
@@ -77,6 +87,7 @@ class ClaimCatalog:
 
     def remove_slice(self, key: str) -> None:
         self._of_class.clear()
+        self._free_cache.clear()
         old = self._slices.pop(key, None)
         for node in {d.node for d in old or ()}:
             self._node_slices.get(node, set()).discard(key)
@@ -84,12 +95,14 @@ class ClaimCatalog:
 
     def upsert_class(self, device_class: DeviceClass) -> None:
         self._of_class.clear()
+        self._free_cache.clear()
         self.classes[device_class.name] = device_class
         self.refused_classes.pop(device_class.name, None)
         self.generation += 1
 
     def remove_class(self, name: str) -> None:
         self._of_class.clear()
+        self._free_cache.clear()
         self.classes.pop(name, None)
         self.refused_classes.pop(name, None)
         self.generation += 1
@@ -149,6 +162,8 @@ class ClaimCatalog:
         if claim.allocation is not None:
             held = self._allocated.setdefault(claim.allocation.node, {})
             for d in claim.allocation.devices:
+                if d not in held:
+                    self._held_total += 1
                 held[d] = claim.key
             self._changed(claim.allocation.node)
             self._drop_tentative(claim.key)  # written: the record now says it
@@ -169,7 +184,8 @@ class ClaimCatalog:
         if held is None:
             return
         for d in allocation.devices:
-            held.pop(d, None)
+            if held.pop(d, None) is not None:
+                self._held_total -= 1
         if not held:
             del self._allocated[allocation.node]
 
@@ -208,6 +224,38 @@ class ClaimCatalog:
         self.generation += 1
         if len(self._fits) > 100_000:
             self._fits.clear()
+        # the device index: nodes by how many of their devices no written allocation holds
+        free = len(self._by_node.get(node, ())) - len(self._allocated.get(node, ()))
+        was = self._node_free.get(node)
+        if was == free:
+            return
+        if was is not None:
+            bucket = self._free_nodes[was]
+            del bucket[node]
+            if not bucket:
+                del self._free_nodes[was]
+        if node in self._by_node:
+            self._node_free[node] = free
+            self._free_nodes.setdefault(free, {})[node] = None
+        else:
+            self._node_free.pop(node, None)
+
+    def candidates(self, pod: Pod, emptiest_first: bool = False) -> list[str] | None:
+        """The nodes the pod's claims may fit on, the tightest first (fewest devices no
+        written allocation holds; the emptiest first with ``emptiest_first``): the node of a
+        claim allocated already, or the nodes with at least as many such devices as the
+        claims ask. None when counting cannot narrow it (every node is a candidate)."""
+        for key in pod.resource_claims:
+            claim = self.claims.get(key)
+            where = None if claim is None else claim.allocation or self._tentative.get(key)
+            if where is not None:
+                return [where.node]
+        asked = self._asked(pod)
+        if asked is None:
+            return None
+        need = sum(asked[0].values())
+        keys = sorted((k for k in self._free_nodes if k >= need), reverse=emptiest_first)
+        return [n for k in keys for n in self._free_nodes[k]]
 
     # ---- placement ---------------------------------------------------------------------
     def fits(self, pod: Pod, node: str) -> str:
@@ -215,6 +263,9 @@ class ClaimCatalog:
         there), else why not. Remembered per node state and claim shapes: pods whose claims
         ask the same (a gang's members, one claim each from one template) cost one search
         per node until something on the node changes."""
+        quick = self._quick(pod, node)
+        if quick is not None:
+            return quick
         key = self._shape_key(pod, node)
         if key is not None:
             known = self._fits.get(key)
@@ -226,6 +277,118 @@ class ClaimCatalog:
         if key is not None:
             self._fits[key] = True
         return ""
+
+    def _quick(self, pod: Pod, node: str) -> str | None:
+        """Counting before searching: '' when the pod's claims surely fit on the node (each
+        asks plain counts of one class, and the node has that many devices of the class that
+        no allocation, written or tentative, holds), a reason when they surely do not (fewer
+        devices of a class than the claims ask, not counting the tentative ones, which the
+        search could move), None when only the search can tell."""
+        last = self._asked_last
+        if last is not None and last[0] == pod.uid and last[1] == self.generation:
+            asked = last[2]
+        else:
+            asked = self._asked(pod)
+        if asked is None:
+            return None
+        want, first, sure = asked
+        gen = self._node_gen.get(node, 0)
+        for cls, n in want.items():
+            if cls not in self.classes:
+                return None
+            counted = self._free_cache.get((node, cls))
+            if counted is None or counted[0] != gen:
+                counted = self._counted(node, cls)
+            _, unwritten, untouched, _ = counted
+            if unwritten < n:
+                return (
+                    f"{first[cls]}: needs {n} device(s) of class {cls}, {unwritten} available "
+                    f"on node {node}"
+                )
+            if untouched < n:
+                sure = False
+        return "" if sure else None
+
+    def _asked(self, pod: Pod) -> tuple[dict[str, int], dict[str, str], bool] | None:
+        """What ``_quick`` counts of the pod: devices by class (the least a request may take),
+        the first claim/request asking each class, and whether counting can tell a fit (no
+        selectors, constraints or alternatives); None when counting cannot tell anything.
+        Remembered for the pod until anything changes (one search for a pod asks it once)."""
+        last = self._asked_last
+        if last is not None and last[0] == pod.uid and last[1] == self.generation:
+            return last[2]
+        out = self._count_asked(pod)
+        self._asked_last = (pod.uid, self.generation, out)
+        return out
+
+    def _count_asked(self, pod: Pod) -> tuple[dict[str, int], dict[str, str], bool] | None:
+        sure = True
+        want: dict[str, int] = {}
+        first: dict[str, str] = {}
+        for key in pod.resource_claims:
+            claim = self.claims.get(key)
+            if claim is None or claim.allocation is not None or key in self._tentative:
+                return None
+            if claim.constraints:
+                sure = False
+            for request in claim.requests:
+                options = request.options()
+                if len({r.device_class for _, r in options}) != 1 or any(
+                    r.mode is not AllocationMode.EXACT_COUNT or r.admin_access for _, r in options
+                ):
+                    return None
+                if request.exactly is None or request.exactly.selectors:
+                    sure = False
+                cls = options[0][1].device_class
+                want[cls] = want.get(cls, 0) + min(r.count for _, r in options)
+                first.setdefault(cls, f"claim {key}: {options[0][0]}")
+        return want, first, sure
+
+    def _free_here(self, node: str, cls: str) -> tuple[int, int]:
+        """Devices of the class on the node that no written allocation holds, and of those
+        the ones no tentative allocation holds either; remembered until the node changes."""
+        _, unwritten, untouched, _ = self._counted(node, cls)
+        return unwritten, untouched
+
+    def _counted(self, node: str, cls: str) -> tuple[int, int, int, int]:
+        gen = self._node_gen.get(node, 0)
+        known = self._free_cache.get((node, cls))
+        if known is not None and known[0] == gen:
+            return known
+        matching = self._matching(cls)
+        held = self._allocated.get(node, {})
+        tentative = {
+            d for k in self._tentative_on.get(node, ()) for d in self._tentative[k].devices
+        }
+        unwritten = untouched = total = 0
+        for d in self.devices(node):
+            if d.id in matching:
+                total += 1
+                if d.id not in held:
+                    unwritten += 1
+                    if d.id not in tentative:
+                        untouched += 1
+        counted = (gen, unwritten, untouched, total)
+        self._free_cache[(node, cls)] = counted
+        return counted
+
+    def packing(self, pod: Pod, node: str) -> float:
+        """How full the node's devices of the pod's (first) class are once the pod's claims
+        take theirs, 0 to 100: the higher, the tighter the fit. 0 when counting cannot tell
+        (claims allocated already, alternatives of several classes)."""
+        asked = self._asked(pod)
+        if asked is None or not asked[0]:
+            return 0.0
+        cls, n = next(iter(asked[0].items()))
+        counted = self._free_cache.get((node, cls))
+        if counted is None or counted[0] != self._node_gen.get(node, 0):
+            if cls not in self.classes:
+                return 0.0
+            counted = self._counted(node, cls)
+        _, _, untouched, total = counted
+        if total <= 0:
+            return 0.0
+        return min(100.0, 100.0 * (total - untouched + n) / total)
 
     def _shape_key(self, pod: Pod, node: str) -> tuple[object, ...] | None:
         """What a fit of ``pod`` on ``node`` depends on, or None when it depends on claims
@@ -331,6 +494,29 @@ class ClaimCatalog:
         return tuple(out[k] for k in sorted(out))
 
     # ---- capacity, for the gang pre-check ----------------------------------------------------
+    def short_of_class(self, name: str, amount: int) -> int | None:
+        """None when ``amount`` devices of the class are surely free, else how many are
+        (``free_of_class``). Cheap while the class has ``amount`` devices more than every
+        allocation holds, whatever their class."""
+        committed = sum(len(a.devices) for k in self._committed if (a := self._tentative.get(k)))
+        if len(self._matching(name)) - self._held_total - committed >= amount:
+            return None
+        free = self.free_of_class(name)
+        return None if free >= amount else free
+
+    def _matching(self, name: str) -> frozenset[DeviceId]:
+        matching = self._of_class.get(name)
+        if matching is None:
+            cls = self.classes.get(name)
+            matching = frozenset(
+                d.id
+                for devices in self._by_node.values()
+                for d in devices
+                if cls is not None and all(s.matches(d) for s in cls.selectors)
+            )
+            self._of_class[name] = matching
+        return matching
+
     def free_of_class(self, name: str) -> int:
         """Devices the class's selectors match, on every node, that no written or committed
         allocation holds."""

@@ -374,8 +374,8 @@ class GangCycle:
         for cls, amount in sorted(_least(demands, need).items()):
             if cls not in catalog.classes:
                 continue  # the filter names a class that is missing or refused
-            free = catalog.free_of_class(cls)
-            if amount > free:
+            free = catalog.short_of_class(cls, amount)
+            if free is not None:
                 spec = gang.spec
                 assert spec is not None
                 return (

@@ -317,6 +317,11 @@ class NodeFinder:
         demand = pod.gpu
         if demand is not None:
             return self._cache.gpu_candidates(demand, self._emptiest_first)
+        if pod.resource_claims:
+            names = self._cache.resource_claims.candidates(pod, self._emptiest_first)
+            if names is not None:
+                nodes = self._cache.nodes
+                return (info for n in names if (info := nodes.get(n)) is not None and info.node)
         return self._rotating()
 
     def _within(self, pod: Pod, names: Sequence[str]) -> Iterable[NodeInfo]:

@@ -246,3 +246,17 @@ def test_an_extended_resource_served_only_through_dra_is_refused_naming_the_clas
     )
     assert all(expected in m for m in why.values()), why
     assert len(why) == 2
+
+
+def test_pods_with_claims_are_packed_onto_the_fullest_node_that_fits() -> None:
+    """As whole GPUs counted by nvidia.com/gpu are (GPUBinPack): partly used nodes fill first
+    and whole nodes stay free for large gangs; the emptier node is not preferred for its CPU."""
+    h = cluster(("n1", devices("n1", 4)), ("n2", devices("n2", 4)), ("n3", devices("n3", 4)))
+    used = [DeviceId("gpu.example.com", "n2", f"gpu-{i}") for i in range(2)]
+    h.s.resource_claim_upsert(
+        replace(gpu_claim("old"), allocation=ClaimAllocation("n2", tuple(("gpu", d) for d in used)))
+    )
+    h.s.resource_claim_upsert(gpu_claim("new"))
+    h.add(replace(pod("p", gpus=0), resource_claims=("ml/new",)))
+    [b] = binds(h.run(confirm=False))
+    assert b.bindings[0].node == "n2"

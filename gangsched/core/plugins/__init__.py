@@ -90,7 +90,7 @@ SCORERS: dict[str, ScoreFactory] = {
     FragmentationGradient.name: lambda ctx: FragmentationGradient(
         ctx.cache, ctx.settings.gpu_request_window, ctx.settings.gpu_model_label
     ),
-    GPUBinPack.name: lambda ctx: GPUBinPack(),
+    GPUBinPack.name: lambda ctx: GPUBinPack(devices=ctx.cache.resource_claims),
     GPUSpread.name: lambda ctx: GPUSpread(),
     InterPodAffinityScore.name: lambda ctx: InterPodAffinityScore(ctx.cache, ctx.settings),
     LeastAllocated.name: lambda ctx: LeastAllocated(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gangsched.core.cache import NodeInfo
+from gangsched.core.claimstate import ClaimCatalog
 from gangsched.core.gpu import MILLI, best_fit
 from gangsched.core.model import Pod
 from gangsched.core.resources import GPU
@@ -20,6 +21,10 @@ class GPUBinPack:
     1000``, on the devices the default choice gives it (the fullest it fits): the device it
     fills most wins, so shares stack on shared devices and whole devices stay free.
 
+    A pod whose devices come through resource claims (Dynamic Resource Allocation) scores
+    ``100 * (devices of its class held after placing it) / devices of the class`` on the
+    node: the fullest node that fits wins, as for counted GPUs (ClaimCatalog.packing).
+
     On a node without a device model the pod scores ``100 * (used + request) /
     allocatable`` of the resource (capped at 100). A pod not asking for GPUs scores 100 on
     nodes without GPUs and 0 on nodes with them. A missing node, or one that cannot hold the
@@ -28,12 +33,17 @@ class GPUBinPack:
 
     name: str = "GPUBinPack"
 
-    def __init__(self, resource: str = GPU) -> None:
+    def __init__(self, resource: str = GPU, devices: ClaimCatalog | None = None) -> None:
         self.resource = resource
+        # DRA devices (the cache's claim catalog): a pod whose GPUs come through resource
+        # claims is packed by the devices its claims take
+        self._devices = devices
 
     def score(self, pod: Pod, node: NodeInfo) -> float:
         if node.node is None:
             return 0.0
+        if pod.resource_claims and pod.gpu is None and self._devices is not None:
+            return self._devices.packing(pod, node.name)
         resource = self.resource
         demand = pod.gpu if resource == GPU else None
         gpus = node.gpus if resource == GPU else None

@@ -25,7 +25,7 @@ class LeastAllocated:
 
     def score(self, pod: Pod, node: NodeInfo) -> float:
         requests = pod.requests
-        if pod.gpu is not None or requests.get(self.gpu_resource, 0) > 0:
+        if pod.gpu is not None or pod.resource_claims or requests.get(self.gpu_resource, 0) > 0:
             return 0.0
         n = node.node
         if n is None:
