@@ -113,7 +113,7 @@ def _skipped(
     elif _peer_built(_peer_cache_dir()):
         peer_dir = _peer_cache_dir()
     if "binder" in schedulers and workload.name != "fill":
-        skipped["binder"] = "the binder ignores gangs: fill workload only"
+        skipped["binder"] = "the binder ignores gangs and claims: fill workload only"
     return skipped, peer_dir
 
 
@@ -127,7 +127,7 @@ def _command(args: argparse.Namespace, schedulers: Sequence[str], w: Workload) -
         f"--reps {args.reps}",
         f"--qps {args.qps}",
     ]
-    parts.append(f"--timeout {args.timeout:g}" if w.name == "fill" else f"--window {args.window:g}")
+    parts.append(f"--timeout {args.timeout:g}" if w.fills else f"--window {args.window:g}")
     return " ".join(parts)
 
 

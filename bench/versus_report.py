@@ -172,13 +172,13 @@ def markdown(
     groups = _by_scheduler(ran)
     lines: list[str] = [header, ""]
     if groups:
-        lines += (_fill_table if workload == "fill" else _contention_table)(groups)
+        lines += (_fill_table if workload.startswith("fill") else _contention_table)(groups)
     for name, reason in skipped.items():
         lines.append(f"- {name}: skipped: {reason}")
     for r in ran:
         if r["status"] != "ok":
             lines.append(f"- {r['scheduler']} rep {r['rep']}: {r['status']}: {r['reason'][:300]}")
-    if workload == "fill" and (ratios := _ratios(groups)):
+    if workload.startswith("fill") and (ratios := _ratios(groups)):
         lines += ["", *ratios]
     if requests := _requests_table(groups):
         scope = next((r["requests_scope"] for r in ran if "requests_scope" in r), "")

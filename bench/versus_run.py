@@ -141,6 +141,7 @@ async def _create(cfg: RunConfig, api: Api, scheduler_name: str) -> float:
     )
     await api.create_all(w.node_objects(), cfg.create_concurrency)
     await _wait_nodes_ready(api, w.nodes)
+    await api.create_all(w.dra_objects(), cfg.create_concurrency)
     await api.create_all(w.podgroup_objects(), cfg.create_concurrency)
     await api.create_all(w.pod_objects(scheduler_name), cfg.create_concurrency)
     return time.monotonic() - t
@@ -262,7 +263,7 @@ async def _measure(cfg: RunConfig, cp: ControlPlane, launch: Launch, log: Path) 
         before = await api.request_totals()
         base = binding_count(before)
         proc = SchedulerProcess(launch, log)
-        if w.name == "fill":
+        if w.fills:
 
             def stop(elapsed: float, bound: int) -> bool:
                 return bound >= w.pods or elapsed >= cfg.timeout
@@ -290,11 +291,11 @@ async def _measure(cfg: RunConfig, cp: ControlPlane, launch: Launch, log: Path) 
             {"fieldSelector": "reason=Scheduled"},
         )
     requests, errors = _delta(after, before)
-    all_bound = w.name == "fill" and bound >= w.pods
+    all_bound = w.fills and bound >= w.pods
     if not running:
         status = "failed"
         reason = f"{launch.scheduler} exited with code {exit_code}: {proc.tail()}"
-    elif w.name == "fill" and not all_bound:
+    elif w.fills and not all_bound:
         status, reason = "timeout", f"{bound} of {w.pods} pods bound after {cfg.timeout:g} s"
     else:
         status, reason = "ok", ""

@@ -7,6 +7,10 @@ ignoring it) kube-scheduler all accept: a ``scheduling.x-k8s.io/v1alpha1`` PodGr
 
 - ``fill``: ``nodes`` nodes of 8 GPUs and gangs of 8 one-GPU pods, by default exactly enough to
   fill every GPU; gangs are created one after another.
+- ``fill-dra``: ``fill`` with the GPUs published as DRA devices instead of counted: nodes
+  without ``nvidia.com/gpu``, a DeviceClass, one ResourceSlice of 8 devices per node, and a
+  ResourceClaim of one device per pod (created with the pods, by name), which the scheduler
+  allocates and writes before binding.
 - ``contention``: demand 140% of the GPUs (50 nodes, 70 gangs of 8 by default) and the members
   of all gangs interleaved in creation order (member 0 of every gang, then member 1, ...), the
   case in which a scheduler that places pod by pod leaves every gang partly bound.
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -41,12 +45,14 @@ GPU: Final = "nvidia.com/gpu"
 GPUS_PER_NODE: Final = 8
 GANG_SIZE: Final = 8
 CONTENTION_DEMAND: Final = 1.4
-WORKLOADS: Final = ("fill", "contention")
+WORKLOADS: Final = ("fill", "fill-dra", "contention")
+DRIVER: Final = "gpu.bench.example.com"
+RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
 
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    name: str  # "fill" or "contention"
+    name: str  # "fill", "fill-dra" or "contention"
     nodes: int
     pods: int
     gang_size: int = GANG_SIZE
@@ -62,7 +68,7 @@ class Workload:
             gpus = n * GPUS_PER_NODE
             pods = (
                 gpus
-                if name == "fill"
+                if name != "contention"
                 else GANG_SIZE * math.ceil(CONTENTION_DEMAND * gpus / GANG_SIZE)
             )
         if n < 1 or pods < GANG_SIZE or pods % GANG_SIZE:
@@ -80,9 +86,71 @@ class Workload:
     def gang_name(self, g: int) -> str:
         return f"g{g:05d}"
 
+    @property
+    def fills(self) -> bool:
+        return self.name in ("fill", "fill-dra")
+
+    @property
+    def dra(self) -> bool:
+        return self.name == "fill-dra"
+
     def node_objects(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        gpus = 0 if self.dra else self.gpus_per_node
         for i in range(self.nodes):
-            yield NODE_PATH, fake_node(f"n{i:05d}", "128", "1024Gi", self.gpus_per_node)
+            yield NODE_PATH, fake_node(f"n{i:05d}", "128", "1024Gi", gpus)
+
+    def dra_objects(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The DeviceClass, a ResourceSlice per node and a ResourceClaim per pod (fill-dra)."""
+        if not self.dra:
+            return
+        yield (
+            f"{RESOURCE_API}/deviceclasses",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceClass",
+                "metadata": {"name": DRIVER},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+            },
+        )
+        for i in range(self.nodes):
+            node = f"n{i:05d}"
+            yield (
+                f"{RESOURCE_API}/resourceslices",
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": f"{node}-gpus"},
+                    "spec": {
+                        "driver": DRIVER,
+                        "nodeName": node,
+                        "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                        "devices": [
+                            {"name": f"gpu-{d}", "attributes": {"index": {"int": d}}}
+                            for d in range(self.gpus_per_node)
+                        ],
+                    },
+                },
+            )
+        for g in range(self.gangs):
+            for m in range(self.gang_size):
+                yield (
+                    f"{RESOURCE_API}/namespaces/{NAMESPACE}/resourceclaims",
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaim",
+                        "metadata": {
+                            "name": f"{self.gang_name(g)}-{m}-gpu",
+                            "namespace": NAMESPACE,
+                        },
+                        "spec": {
+                            "devices": {
+                                "requests": [
+                                    {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}
+                                ]
+                            }
+                        },
+                    },
+                )
 
     def podgroup_objects(self) -> Iterator[tuple[str, dict[str, Any]]]:
         for g in range(self.gangs):
@@ -98,7 +166,7 @@ class Workload:
 
     def pod_objects(self, scheduler_name: str) -> Iterator[tuple[str, dict[str, Any]]]:
         """Gang by gang (fill), or member index by member index across gangs (contention)."""
-        if self.name == "fill":
+        if self.fills:
             order = ((g, i) for g in range(self.gangs) for i in range(self.gang_size))
         else:
             order = ((g, i) for i in range(self.gang_size) for g in range(self.gangs))
@@ -107,11 +175,19 @@ class Workload:
 
     def _pod(self, g: int, i: int, scheduler_name: str) -> dict[str, Any]:
         gang = self.gang_name(g)
-        resources: Mapping[str, Any] = {
+        resources: dict[str, Any] = {
             "requests": {"cpu": "1", "memory": "1Gi", GPU: "1"},
             "limits": {"cpu": "1", "memory": "1Gi", GPU: "1"},
         }
-        return {
+        claims: list[dict[str, str]] = []
+        if self.dra:
+            resources = {
+                "requests": {"cpu": "1", "memory": "1Gi"},
+                "limits": {"cpu": "1", "memory": "1Gi"},
+                "claims": [{"name": "gpu"}],
+            }
+            claims = [{"name": "gpu", "resourceClaimName": f"{gang}-{i}-gpu"}]
+        pod: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
@@ -127,3 +203,6 @@ class Workload:
                 ],
             },
         }
+        if claims:
+            pod["spec"]["resourceClaims"] = claims
+        return pod

@@ -259,12 +259,17 @@ class ClusterCache:
         reservations ask where a gang would fit without some pods). ``restore`` undoes it;
         the caller restores every pod it lifted before the cycle ends."""
         self._count(uid, "", {})
+        pod = self.pods.get(uid)
+        if pod is not None and pod.resource_claims:
+            self.resource_claims.lift(uid, pod.resource_claims)
 
     def restore(self, uid: str) -> None:
         """Count a lifted pod again where it runs."""
         pod = self.pods.get(uid)
         if pod is not None:
             self._count(uid, self._target(pod), pod.requests)
+            if pod.resource_claims:
+                self.resource_claims.restore(uid, pod.resource_claims)
 
     def node_of(self, uid: str) -> str:
         """The node a pod is counted on (bound or assumed), or ''."""

@@ -62,6 +62,9 @@ class ClaimCatalog:
         # whenever devices or classes change
         self._of_class: dict[str, frozenset[DeviceId]] = {}
         self._held_total = 0  # devices written allocations hold, on every node
+        # what-if: pods counted as gone, and the claims whose devices that frees
+        self._lifted: set[str] = set()
+        self._freed: set[str] = set()
         self._node_free: dict[str, int] = {}  # node -> its devices no written allocation holds
         self._free_nodes: dict[int, dict[str, None]] = {}  # that count -> the nodes, in order
         # (node, class) -> (node generation, devices of the class free of written
@@ -160,12 +163,7 @@ class ClaimCatalog:
             self._unallocate(old.allocation)
         self.claims[claim.key] = claim
         if claim.allocation is not None:
-            held = self._allocated.setdefault(claim.allocation.node, {})
-            for d in claim.allocation.devices:
-                if d not in held:
-                    self._held_total += 1
-                held[d] = claim.key
-            self._changed(claim.allocation.node)
+            self._hold(claim)
             self._drop_tentative(claim.key)  # written: the record now says it
             self._committed.discard(claim.key)
             self._holders.pop(claim.key, None)
@@ -556,6 +554,42 @@ class ClaimCatalog:
                 cls = options[0].device_class
                 out[cls] = out.get(cls, 0) + min(r.count for r in options)
         return out
+
+    # ---- what-if: pods counted as gone ---------------------------------------------------
+    def lift(self, uid: str, claims: Iterable[str]) -> None:
+        """What-if (preemption, reservations): the pod is counted as gone. A written claim
+        whose every consumer is gone gives its devices back, as kube-controller-manager's
+        resourceclaim controller deallocates it (or deletes it, made from a template) once
+        its pods are gone. ``restore`` undoes it."""
+        self._lifted.add(uid)
+        for key in claims:
+            claim = self.claims.get(key)
+            if claim is None or claim.allocation is None or key in self._freed:
+                continue
+            if claim.reserved_for and all(u in self._lifted for u in claim.reserved_for):
+                self._unallocate(claim.allocation)
+                self._freed.add(key)
+        self.generation += 1
+
+    def restore(self, uid: str, claims: Iterable[str]) -> None:
+        self._lifted.discard(uid)
+        for key in claims:
+            if key not in self._freed:
+                continue
+            self._freed.discard(key)
+            claim = self.claims.get(key)
+            if claim is not None and claim.allocation is not None:
+                self._hold(claim)
+        self.generation += 1
+
+    def _hold(self, claim: Claim) -> None:
+        assert claim.allocation is not None
+        held = self._allocated.setdefault(claim.allocation.node, {})
+        for d in claim.allocation.devices:
+            if d not in held:
+                self._held_total += 1
+            held[d] = claim.key
+        self._changed(claim.allocation.node)
 
     def holder(self, node: str, device: DeviceId) -> str:
         """The claim whose written allocation holds the device, '' when none does."""

@@ -7,8 +7,9 @@ allocated; an earlier member's devices are chosen again when a later member need
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
-from gangsched.core.decisions import BindGang, Decision, GangUnschedulable
+from gangsched.core.decisions import BindGang, Decision, GangUnschedulable, Preempt
 from gangsched.core.model import PodPhase
 from gangsched.core.resourceclaims import (
     Claim,
@@ -260,3 +261,47 @@ def test_pods_with_claims_are_packed_onto_the_fullest_node_that_fits() -> None:
     h.add(replace(pod("p", gpus=0), resource_claims=("ml/new",)))
     [b] = binds(h.run(confirm=False))
     assert b.bindings[0].node == "n2"
+
+
+def _write_claims(h: Harness, out: list[Any]) -> None:
+    """What the adapter and the API server do after a binding decision: each claim written,
+    allocated and reserved for its pods."""
+    for b in binds(out):
+        for w in b.claims:
+            claim = h.s.cache.resource_claims.claims[w.claim]
+            h.s.resource_claim_upsert(
+                replace(claim, allocation=w.allocation, reserved_for=(*claim.reserved_for, *w.pods))
+            )
+
+
+def test_preemption_counts_the_devices_a_victims_claims_give_back() -> None:
+    """A low-priority gang holds every device through its claims; a high-priority gang with
+    claims preempts it whole: in the what-if, a claim whose every consumer is a victim frees
+    its devices (as the resourceclaim controller deallocates it once its pods are gone)."""
+    h = cluster(("n1", devices("n1", 2)), ("n2", devices("n2", 2)))
+    h.gang("ml/low", 4)
+    for i in range(4):
+        h.s.resource_claim_upsert(gpu_claim(f"low-{i}"))
+    h.add(
+        *(
+            replace(p, resource_claims=(f"ml/low-{i}",))
+            for i, p in enumerate(members("ml/low", 4, gpus=0, priority=0))
+        )
+    )
+    out = h.run()
+    _write_claims(h, out)
+    assert len(binds(out)[0].bindings) == 4
+    h.gang("ml/high", 2)
+    for i in range(2):
+        h.s.resource_claim_upsert(gpu_claim(f"high-{i}"))
+    h.add(
+        *(
+            replace(p, resource_claims=(f"ml/high-{i}",))
+            for i, p in enumerate(members("ml/high", 2, gpus=0, priority=100))
+        )
+    )
+    [p] = [d for d in h.run() if isinstance(d, Preempt)]
+    assert sorted(v.pod.name for v in p.victims) == [f"low-{i}" for i in range(4)]
+    # the what-if left nothing behind: the low gang's devices are held again
+    catalog = h.s.cache.resource_claims
+    assert catalog.free_of_class("gpu.example.com") == 0

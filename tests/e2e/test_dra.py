@@ -9,8 +9,9 @@ deletes them when the pods are done). What is checked:
   first member binds: read on the watch, by resourceVersion (one etcd orders every write);
 - a gang that does not fit leaves every claim unallocated and unreserved, and says why in
   devices;
-- a restart mid-way (the scheduler killed right after its third claim write) ends with the gang
-  bound whole, the claims written before the crash kept as they were, no device given twice;
+- a restart mid-way (the scheduler killed right after its third claim write, before any
+  binding) ends with the gang bound whole, the claims written before the crash kept as they
+  were, no device given twice;
 - kube-scheduler's DynamicResources plugin scheduling other pods on the same devices at the same
   time: no device is allocated twice.
 """
@@ -429,7 +430,8 @@ def test_a_restart_between_claim_writes_binds_the_gang_whole_writing_nothing_twi
             create(cp, claim_pod(f"g-{i}", ns, f"c{i}", sel, group="g", scheduler=name))
         wait_for("the first scheduler killed at its third claim write", lambda: not first.alive())
         written = {n: devices_of(c) for n, c in claims(cp, ns).items() if devices_of(c)}
-        assert len(written) == 3, written
+        # the gang's claims are written concurrently: the third accepted, others maybe too
+        assert len(written) >= 3, written
         assert bound(cp, ns) == {}
         second = SchedulerProcess(cp, tmp_path / "second.log", "--scheduler-name", name).start()
         wait_for("the gang bound whole", lambda: len(bound(cp, ns)) == 8, timeout=STEP)

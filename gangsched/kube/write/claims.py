@@ -23,7 +23,8 @@ made (409 Conflict) is never written over; the gang's attempt fails and is retri
 watch then says, so nothing binds on a stale allocation. With leader election every write
 carries the elector's fence.
 
-If any write fails, the ones already made are undone, newest first: the pods added are removed
+The claims of a gang are written concurrently (each claim's own writes in order). If any
+write fails, the ones made are undone: the pods added are removed
 from ``reservedFor``, and a claim this attempt allocated and that no consumer holds any more
 loses its allocation and then its finalizer (as kube-controller-manager's resourceclaim
 controller deallocates). Pods whose binding fails afterwards are removed from their claims'
@@ -162,17 +163,24 @@ class ClaimWriter:
     ) -> tuple[str, list[Written]]:
         """Write every claim; ('', what was written) on success. On a failure what was
         written is undone and (why, []) returned. ``names``: pod uid -> pod name."""
-        done: list[Written] = []
-        for w in writes:
-            try:
-                done.append(await self._write(w, names))
-            except (_WriteError, ApiError) as e:
-                why = str(e)
-                if isinstance(e, ApiError) and e.status == 409:
-                    why = f"resource claim {w.claim} changed since it was read: {e}"
-                log.warning("resource claim write failed", claim=w.claim, error=why)
+        # the claims are independent of one another: written concurrently, all of them before
+        # any binding, and all undone if one fails
+        outcomes = await asyncio.gather(
+            *(self._write(w, names) for w in writes), return_exceptions=True
+        )
+        done = [o for o in outcomes if isinstance(o, Written)]
+        for w, o in zip(writes, outcomes, strict=True):
+            if isinstance(o, Written):
+                continue
+            if not isinstance(o, _WriteError | ApiError):
                 await self.undo(done)
-                return why, []
+                raise o
+            why = str(o)
+            if isinstance(o, ApiError) and o.status == 409:
+                why = f"resource claim {w.claim} changed since it was read: {o}"
+            log.warning("resource claim write failed", claim=w.claim, error=why)
+            await self.undo(done)
+            return why, []
         self.written += len(done)
         return "", done
 
@@ -232,7 +240,7 @@ class ClaimWriter:
                     await self.undo([Written(w.claim, w.uid, True, ())])
                 raise
             failpoints.reached("claims.written")
-        log.info(
+        log.debug(
             "resource claim written",
             claim=w.claim,
             node=w.allocation.node,
