@@ -327,7 +327,11 @@ class Harness:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-            if self.outbox.idle and self.core.next_wakeup() is None and not self.service.effects.binds:
+            if (
+                self.outbox.idle
+                and self.core.next_wakeup() is None
+                and not self.service.effects.binds
+            ):
                 return
 
     async def stop(self) -> None:
