@@ -518,16 +518,7 @@ class ClaimCatalog:
     def free_of_class(self, name: str) -> int:
         """Devices the class's selectors match, on every node, that no written or committed
         allocation holds."""
-        matching = self._of_class.get(name)
-        if matching is None:
-            cls = self.classes.get(name)
-            matching = frozenset(
-                d.id
-                for devices in self._by_node.values()
-                for d in devices
-                if cls is not None and all(s.matches(d) for s in cls.selectors)
-            )
-            self._of_class[name] = matching
+        matching = self._matching(name)
         held = sum(1 for per in self._allocated.values() for d in per if d in matching)
         for k in self._committed:
             alloc = self._tentative.get(k)

@@ -18,6 +18,7 @@ report the resources absent and look for them again every minute; pods with clai
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from gangsched.core.scheduler import Scheduler
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON
 from gangsched.kube.io.keyed import keyed_handler
-from gangsched.kube.io.reflector import Handler, Reflector
+from gangsched.kube.io.reflector import Reflector
 from gangsched.kube.io.slicing import SLICE_SECONDS
 
 __all__ = ["API", "DraWatch"]
@@ -165,13 +166,9 @@ class DraWatch:
         slice_seconds: float = SLICE_SECONDS,
         on_yield: Callable[[], None] | None = None,
     ) -> list[Reflector]:
-        def handler(
-            key_of: Callable[[JSON], str],
-            upsert: Callable[[JSON], None],
-            delete: Callable[[str], None],
-        ) -> Handler:
-            return keyed_handler(key_of, upsert, delete, poke, slice_seconds, on_yield)
-
+        handler = functools.partial(
+            keyed_handler, poke=poke, budget=slice_seconds, on_yield=on_yield
+        )
         return [
             Reflector(
                 client,

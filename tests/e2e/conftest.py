@@ -23,6 +23,7 @@ from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.jobset import JobSet
 
 from .kube import wait_for
+from .kube_scheduler import KubeScheduler
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -205,3 +206,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> None:
         sched = item.funcargs.get("running_scheduler") if hasattr(item, "funcargs") else None
         if isinstance(sched, SchedulerProcess):
             item.add_report_section("call", "gangsched log (tail)", sched.tail(80))
+
+
+@pytest.fixture(scope="module")
+def kube_scheduler(
+    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeScheduler]:
+    """kube-scheduler v1.36.3 (built with the control plane) against the session's control
+    plane, for the tests of one module: the reference that differential tests give the same
+    pods to. Skipped when the binary is absent."""
+    if not KubeScheduler.available(control_plane):
+        pytest.skip("kube-scheduler is not built (hack/control-plane.sh builds it)")
+    log = tmp_path_factory.mktemp("kube-scheduler") / "kube-scheduler.log"
+    ks = KubeScheduler(control_plane, log).start()
+    try:
+        yield ks
+    finally:
+        ks.stop()

@@ -18,11 +18,8 @@ import json
 import os
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.controlplane import fake_node
@@ -35,19 +32,6 @@ from .kube_scheduler import KubeScheduler
 CASES = int(os.environ.get("GANGSCHED_DRA_DIFF_CASES", "40"))
 SEED = int(os.environ.get("GANGSCHED_DRA_DIFF_SEED", "20261127"))
 SETTLE = 120.0
-
-
-@pytest.fixture(scope="module")
-def kube_scheduler(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KubeScheduler]:
-    if not KubeScheduler.available(control_plane):
-        pytest.skip("kube-scheduler is not built (hack/control-plane.sh builds it)")
-    ks = KubeScheduler(control_plane, tmp_path_factory.mktemp("ks") / "kube-scheduler.log").start()
-    try:
-        yield ks
-    finally:
-        ks.stop()
 
 
 def _create_all(cp: ControlPlane, objs: list[dict[str, Any]]) -> None:

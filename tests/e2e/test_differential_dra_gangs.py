@@ -17,11 +17,8 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-
-import pytest
 
 from gangsched.core.claimalloc import Allocated, allocate_one_by_one
 from gangsched.core.resourceclaims import MatchAttribute
@@ -171,20 +168,6 @@ class Copy:
             body["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
             out.append(body)
         return out
-
-
-@pytest.fixture(scope="module")
-def kube_scheduler(
-    control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KubeScheduler]:
-    if not KubeScheduler.available(control_plane):
-        pytest.skip("kube-scheduler is not built (hack/control-plane.sh builds it)")
-    log = tmp_path_factory.mktemp("ks-gangs") / "kube-scheduler.log"
-    ks = KubeScheduler(control_plane, log).start()
-    try:
-        yield ks
-    finally:
-        ks.stop()
 
 
 def _create(cp: ControlPlane, objs: list[dict[str, Any]]) -> None:
