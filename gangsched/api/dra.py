@@ -34,9 +34,11 @@ from gangsched.core.resourceclaims import (
     DeviceClass,
     DeviceId,
     DeviceRequest,
+    DeviceTaint,
     ExactRequest,
     MatchAttribute,
     Selector,
+    Toleration,
     Version,
 )
 
@@ -175,7 +177,6 @@ def _capacity(v: object, field: str) -> int:
 
 
 _DEVICE_UNSUPPORTED = (
-    "taints",
     "consumesCounters",
     "nodeName",
     "nodeSelector",
@@ -202,7 +203,47 @@ def _device(v: object, field: str, driver: str, pool: str, node: str) -> Device:
     for k, c in as_map(d.get("capacity"), f"{field}.capacity").items():
         f = f"{field}.capacity[{as_written(k)}]"
         capacity[_qualified(k, driver, f)] = _capacity(c, f)
-    return Device(DeviceId(driver, pool, name), node, attributes, capacity)
+    taints = tuple(
+        _taint(t, f"{field}.taints[{i}]")
+        for i, t in enumerate(as_list(d.get("taints"), f"{field}.taints"))
+    )
+    return Device(DeviceId(driver, pool, name), node, attributes, capacity, taints)
+
+
+_EFFECTS = ("NoSchedule", "NoExecute", "None")
+
+
+def _taint(v: object, field: str) -> DeviceTaint:
+    t = as_map(v, field)
+    effect = t.get("effect")
+    if effect not in _EFFECTS:
+        raise SpecError(
+            f"{field}.effect: must be one of {', '.join(_EFFECTS)}, got {as_written(effect)}"
+        )
+    value = t.get("value", "")
+    if not isinstance(value, str):
+        raise SpecError(f"{field}.value: expected a string, got {as_written(value)}")
+    return DeviceTaint(nonempty_str(t.get("key"), f"{field}.key"), value, str(effect))
+
+
+def _tolerations(v: object, field: str) -> tuple[Toleration, ...]:
+    out: list[Toleration] = []
+    for i, raw in enumerate(as_list(v, field)):
+        f = f"{field}[{i}]"
+        t = as_map(raw, f)
+        operator = t.get("operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise SpecError(f"{f}.operator: must be Equal or Exists, got {as_written(operator)}")
+        effect = t.get("effect") or ""
+        if effect and effect not in _EFFECTS:
+            raise SpecError(
+                f"{f}.effect: must be one of {', '.join(_EFFECTS)}, got {as_written(effect)}"
+            )
+        key, value = t.get("key") or "", t.get("value") or ""
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise SpecError(f"{f}: key and value must be strings")
+        out.append(Toleration(key, str(operator), value, str(effect)))
+    return tuple(out)
 
 
 def resource_slice_from(obj: object) -> ResourceSlice | DraError:
@@ -240,7 +281,7 @@ def resource_slice_from(obj: object) -> ResourceSlice | DraError:
 
 
 # ---- ResourceClaim --------------------------------------------------------------------------
-_REQUEST_UNSUPPORTED = ("tolerations", "capacity")
+_REQUEST_UNSUPPORTED = ("capacity",)
 
 
 def _exact(r: Obj, field: str, *, admin: bool) -> ExactRequest:
@@ -267,7 +308,12 @@ def _exact(r: Obj, field: str, *, admin: bool) -> ExactRequest:
     elif r.get("adminAccess") is not None:
         raise SpecError(f"{field}.adminAccess: not allowed in a sub-request")
     return ExactRequest(
-        device_class, selectors, AllocationMode(mode), count if count else 1, admin_access
+        device_class,
+        selectors,
+        AllocationMode(mode),
+        count if count else 1,
+        admin_access,
+        _tolerations(r.get("tolerations"), f"{field}.tolerations"),
     )
 
 

@@ -86,6 +86,8 @@ class _Search:
         ]
 
     def free(self, d: Device, request: ExactRequest) -> bool:
+        if d.taints and not d.usable_by(request.tolerations):
+            return False  # a taint not tolerated, admin access or not (as kube-scheduler)
         if request.admin_access:
             return True
         return d.id not in self.taken and d.id not in self.used

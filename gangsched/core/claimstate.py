@@ -363,8 +363,8 @@ class ClaimCatalog:
             if d.id in matching:
                 total += 1
                 if d.id not in held:
-                    unwritten += 1
-                    if d.id not in tentative:
+                    unwritten += 1  # (tainted or not: an upper bound)
+                    if d.id not in tentative and not d.tainted:
                         untouched += 1
         counted = (gen, unwritten, untouched, total)
         self._free_cache[(node, cls)] = counted

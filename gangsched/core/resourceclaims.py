@@ -30,9 +30,11 @@ __all__ = [
     "DeviceClass",
     "DeviceId",
     "DeviceRequest",
+    "DeviceTaint",
     "ExactRequest",
     "MatchAttribute",
     "Selector",
+    "Toleration",
     "Version",
 ]
 
@@ -61,6 +63,40 @@ class DeviceId:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    """A taint on a device (``spec.devices[].taints``): ``NoSchedule`` and ``NoExecute`` keep
+    it from being allocated to a request that does not tolerate it; ``None`` is a notice."""
+
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+    @property
+    def blocks(self) -> bool:
+        return self.effect in ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A request's toleration of device taints, as kube's ``ToleratesTaint`` reads it: an
+    empty effect or key matches any; ``Equal`` (the default) also wants the same value."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: DeviceTaint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.operator == "Equal" and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     """A device a driver published for a node (a node-local ResourceSlice). Attribute and
     capacity names are fully qualified (``gpu.nvidia.com/model``); a name without a domain
@@ -70,10 +106,22 @@ class Device:
     node: str
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     capacity: Mapping[str, int] = field(default_factory=dict)
+    taints: tuple[DeviceTaint, ...] = ()
 
     @property
     def driver(self) -> str:
         return self.id.driver
+
+    @property
+    def tainted(self) -> bool:
+        """A taint keeps it from requests that do not tolerate it."""
+        return any(t.blocks for t in self.taints)
+
+    def usable_by(self, tolerations: tuple[Toleration, ...]) -> bool:
+        """Every taint that blocks allocation is tolerated."""
+        return all(
+            any(t.tolerates(taint) for t in tolerations) for taint in self.taints if taint.blocks
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +156,7 @@ class ExactRequest:
     mode: AllocationMode = AllocationMode.EXACT_COUNT
     count: int = 1
     admin_access: bool = False
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

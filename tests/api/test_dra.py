@@ -244,8 +244,8 @@ def test_the_class_selects_the_slices_devices() -> None:
         ("spec.pool.generation", -1, "spec.pool.generation: must be >= 0"),
         (
             "spec.devices[0].taints",
-            [{"key": "k", "effect": "NoSchedule"}],
-            "spec.devices[0].taints: not supported yet",
+            [{"key": "k", "effect": "Sometimes"}],
+            "spec.devices[0].taints[0].effect: must be one of NoSchedule, NoExecute, None",
         ),
         (
             "spec.devices[0].consumesCounters",
@@ -369,8 +369,8 @@ R1 = "spec.devices.requests[1]"
         ),
         (
             f"{R0}.exactly.tolerations",
-            [{"operator": "Exists"}],
-            f"{R0}.exactly.tolerations: not supported yet",
+            [{"operator": "Near"}],
+            f"{R0}.exactly.tolerations[0].operator: must be Equal or Exists",
         ),
         (
             f"{R0}.exactly.capacity",
@@ -379,8 +379,8 @@ R1 = "spec.devices.requests[1]"
         ),
         (
             f"{R1}.firstAvailable[0].tolerations",
-            [{"operator": "Exists"}],
-            f"{R1}.firstAvailable[0].tolerations: not supported yet",
+            [{"effect": "Later"}],
+            f"{R1}.firstAvailable[0].tolerations[0].effect: must be one of",
         ),
         (
             "spec.devices.constraints[0].distinctAttribute",
@@ -477,3 +477,22 @@ def test_hostile_input_never_raises(obj: object) -> None:
         result = reader(obj)
         if isinstance(result, DraError):
             assert result.reason
+
+
+def test_device_taints_and_request_tolerations_are_read() -> None:
+    from gangsched.api.dra import resource_claim_from, resource_slice_from
+    from gangsched.core.resourceclaims import DeviceTaint, Toleration
+
+    taints = [{"key": "maintenance", "value": "soon", "effect": "NoSchedule"}]
+    s = resource_slice_from(patched(SLICE, "spec.devices[0].taints", taints))
+    assert not isinstance(s, DraError)
+    assert s.devices[0].taints == (DeviceTaint("maintenance", "soon", "NoSchedule"),)
+    assert s.devices[0].tainted and not s.devices[1].tainted
+    tolerations = [{"key": "maintenance", "operator": "Exists", "effect": "NoSchedule"}]
+    c = resource_claim_from(patched(CLAIM, f"{R0}.exactly.tolerations", tolerations))
+    assert not isinstance(c, DraError)
+    exact = c.requests[0].exactly
+    assert exact is not None
+    assert exact.tolerations == (Toleration("maintenance", "Exists", "", "NoSchedule"),)
+    assert s.devices[0].usable_by(exact.tolerations)
+    assert not s.devices[0].usable_by((Toleration("maintenance", "Equal", "later"),))

@@ -333,3 +333,39 @@ def test_on_random_gangs_joint_places_every_feasible_one_and_one_by_one_does_not
         f"({greedy / feasible:.1%})"
     )
     assert feasible > 50 and joint == feasible and greedy < joint
+
+
+def test_a_tainted_device_goes_only_to_a_request_that_tolerates_its_taint() -> None:
+    """kube-scheduler v1.36 (DRADeviceTaints, on): NoSchedule and NoExecute taints keep a
+    device from a request without a matching toleration, admin access or not; None does not;
+    an All request fails when a matching device is kept from it."""
+    from dataclasses import replace as _replace
+
+    from gangsched.core.resourceclaims import DeviceTaint, Toleration
+
+    clean, sick = gpu(0), _replace(gpu(1), taints=(DeviceTaint("ecc", "bad", "NoSchedule"),))
+    noted = _replace(gpu(2), taints=(DeviceTaint("note", "", "None"),))
+    two = claim("two", exact("gpu", 2))
+    assert isinstance(allocate([two], [clean, sick], CLASSES, set(), NODE), Unallocatable)
+    out = allocate([two], [clean, sick, noted], CLASSES, set(), NODE)
+    assert isinstance(out, Allocated)
+    assert set(out.allocations["ml/two"].devices) == {clean.id, noted.id}
+    tolerant = DeviceRequest(
+        "gpu",
+        ExactRequest(GPU_CLASS.name, count=2, tolerations=(Toleration("ecc", "Exists"),)),
+    )
+    ok = allocate([claim("t", tolerant)], [clean, sick], CLASSES, set(), NODE)
+    assert isinstance(ok, Allocated)
+    wrong_value = DeviceRequest(
+        "gpu",
+        ExactRequest(GPU_CLASS.name, count=2, tolerations=(Toleration("ecc", "Equal", "ok"),)),
+    )
+    assert isinstance(
+        allocate([claim("w", wrong_value)], [clean, sick], CLASSES, set(), NODE), Unallocatable
+    )
+    every = claim("every", exact("gpu", 0, mode=AllocationMode.ALL))
+    assert isinstance(allocate([every], [clean, sick], CLASSES, set(), NODE), Unallocatable)
+    admin = DeviceRequest("gpu", ExactRequest(GPU_CLASS.name, count=2, admin_access=True))
+    assert isinstance(
+        allocate([claim("a", admin)], [clean, sick], CLASSES, set(), NODE), Unallocatable
+    )

@@ -4,10 +4,11 @@ wrote. Written only for the tests: the checker evaluates the structured selector
 made of (never the CEL they are rendered to), and shares no code with gangsched.
 
 A case: one or two nodes, each with 2 to 5 devices (attributes ``model`` string, ``numa`` and
-``index`` integers, capacity ``memory``); a DeviceClass for the copy's driver (sometimes with
-a selector of its own); devices already held by another claim; sometimes a claim already
-allocated on the first node for another consumer that the pod shares; and the pod's own claims:
-requests ``exactly`` (selectors, ``ExactCount`` 1 to 3 or ``All``) or ``firstAvailable`` (two
+``index`` integers, capacity ``memory``; some with a ``NoSchedule`` or ``None`` taint); a
+DeviceClass for the copy's driver (sometimes with a selector of its own); devices already held
+by another claim; sometimes a claim already allocated on the first node for another consumer
+that the pod shares; and the pod's own claims: requests ``exactly`` (selectors, ``ExactCount``
+1 to 3 or ``All``, sometimes a toleration of the taint) or ``firstAvailable`` (two
 alternatives), sometimes with a ``matchAttribute`` constraint on ``numa``.
 """
 
@@ -55,9 +56,14 @@ class Want:
 
     sels: tuple[Sel, ...]
     count: int
+    tolerate: bool = False  # tolerates the taint "maint" (operator Exists)
 
     def matches(self, device: dict[str, Any], class_sels: tuple[Sel, ...]) -> bool:
         return all(s.holds(device) for s in (*class_sels, *self.sels))
+
+    def may_take(self, device: dict[str, Any]) -> bool:
+        """A NoSchedule taint is tolerated (a None taint never matters)."""
+        return device["taint"] != "NoSchedule" or self.tolerate
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ def _sel(rng: random.Random) -> Sel:
 def _want(rng: random.Random) -> Want:
     sels = tuple(_sel(rng) for _ in range(rng.choice((0, 0, 1, 1, 2))))
     count = 0 if rng.random() < 0.15 else rng.choice((1, 1, 1, 2, 2, 3))
-    return Want(sels, count)
+    return Want(sels, count, rng.random() < 0.3)
 
 
 def make_case(rng: random.Random, i: int) -> Case:
@@ -112,6 +118,8 @@ def make_case(rng: random.Random, i: int) -> Case:
                     "numa": d * 2 // n,
                     "index": d,
                     "memory": rng.choice((40, 80)),
+                    # device taints (DRADeviceTaints, on in v1.36): key "maint"
+                    "taint": rng.choice(("", "", "", "", "", "", "NoSchedule", "None")),
                 }
                 for d in range(n)
             ]
@@ -140,6 +148,8 @@ def _want_json(want: Want, cls: str, driver: str) -> dict[str, Any]:
     out: dict[str, Any] = {"deviceClassName": cls}
     if want.sels:
         out["selectors"] = [{"cel": {"expression": s.cel(driver)}} for s in want.sels]
+    if want.tolerate:
+        out["tolerations"] = [{"key": "maint", "operator": "Exists"}]
     if want.count:
         out["allocationMode"] = "ExactCount"
         out["count"] = want.count
@@ -204,6 +214,11 @@ class Copy:
                                     "index": {"int": d["index"]},
                                 },
                                 "capacity": {"memory": {"value": f"{d['memory']}Gi"}},
+                                **(
+                                    {"taints": [{"key": "maint", "effect": d["taint"]}]}
+                                    if d["taint"]
+                                    else {}
+                                ),
                             }
                             for d in devs
                         ],
@@ -344,6 +359,8 @@ def check(copy: Copy, node: str, claims: dict[str, dict[str, Any]]) -> list[str]
             for d in got:
                 if not want.matches(d, case.class_sels):
                     problems.append(f"claim {c.name}: d{d['index']} does not match {want}")
+                if not want.may_take(d):
+                    problems.append(f"claim {c.name}: d{d['index']}'s taint is not tolerated")
             if want.count and len(got) != want.count:
                 problems.append(f"claim {c.name}: {len(got)} devices for count {want.count}")
             if not want.count:

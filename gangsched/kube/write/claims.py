@@ -89,8 +89,32 @@ def _admin_requests(obj: Mapping[str, Any]) -> set[str]:
     return out
 
 
-def allocation_json(allocation: ClaimAllocation, admin: Collection[str] = ()) -> JSON:
-    """``status.allocation`` as kube-scheduler writes it."""
+def _tolerations(obj: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The tolerations of each request of the claim (``<request>`` or
+    ``<request>/<sub-request>``), as written: the allocation carries them."""
+    spec = obj.get("spec")
+    devices = spec.get("devices") if isinstance(spec, Mapping) else None
+    requests = devices.get("requests") if isinstance(devices, Mapping) else None
+    out: dict[str, list[Any]] = {}
+    for r in requests if isinstance(requests, list) else ():
+        if not isinstance(r, Mapping):
+            continue
+        exactly = r.get("exactly")
+        if isinstance(exactly, Mapping) and exactly.get("tolerations"):
+            out[str(r.get("name"))] = list(exactly["tolerations"])
+        for sub in r.get("firstAvailable") or ():
+            if isinstance(sub, Mapping) and sub.get("tolerations"):
+                out[f"{r.get('name')}/{sub.get('name')}"] = list(sub["tolerations"])
+    return out
+
+
+def allocation_json(
+    allocation: ClaimAllocation,
+    admin: Collection[str] = (),
+    tolerations: Mapping[str, list[Any]] | None = None,
+) -> JSON:
+    """``status.allocation`` as kube-scheduler writes it: each result with its request's
+    ``adminAccess`` and ``tolerations``."""
     results: list[dict[str, Any]] = []
     for request, device in allocation.results:
         r: dict[str, Any] = {
@@ -101,6 +125,8 @@ def allocation_json(allocation: ClaimAllocation, admin: Collection[str] = ()) ->
         }
         if request.partition("/")[0] in admin:
             r["adminAccess"] = True
+        if tolerations and request in tolerations:
+            r["tolerations"] = tolerations[request]
         results.append(r)
     return {
         "devices": {"results": results},
@@ -225,7 +251,7 @@ class ClaimWriter:
         reserved += [{"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in added]
         if allocate:
             status["allocation"] = {
-                **allocation_json(w.allocation, _admin_requests(obj)),
+                **allocation_json(w.allocation, _admin_requests(obj), _tolerations(obj)),
                 # as kube-scheduler v1.36 writes it (DRADeviceBindingConditions, on by
                 # default): without it, kube-scheduler cannot add a consumer to this claim
                 "allocationTimestamp": rfc3339(time.time()),
