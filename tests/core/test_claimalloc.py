@@ -12,6 +12,7 @@ independent checker and a brute-force solver written only for these tests:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections.abc import Mapping, Sequence
@@ -27,9 +28,11 @@ from gangsched.core.resourceclaims import (
     DeviceClass,
     DeviceId,
     DeviceRequest,
+    DeviceTaint,
     ExactRequest,
     MatchAttribute,
     Selector,
+    Toleration,
 )
 
 NODE = "n1"
@@ -88,6 +91,7 @@ def check(
             chosen = [by_id[d] for _, d in mine]
             for d in chosen:
                 assert d.node == NODE
+                assert d.usable_by(want.tolerations), f"{d.id}: a taint not tolerated"
                 assert all(
                     s.matches(d) for s in (*CLASSES[want.device_class].selectors, *want.selectors)
                 )
@@ -126,13 +130,14 @@ def brute_force(claims: Sequence[Claim], devices: Sequence[Device], used: set[De
             for path, want in request.options():
                 sel = (*CLASSES[want.device_class].selectors, *want.selectors)
                 matching = [d for d in devices if d.node == NODE and all(s.matches(d) for s in sel)]
+                usable = [d for d in matching if d.usable_by(want.tolerations)]
                 if want.mode is AllocationMode.ALL:
-                    if matching:
+                    if matching and len(usable) == len(matching):
                         options.append((path, tuple(d.id for d in matching)))
                 else:
                     options += [
                         (path, tuple(d.id for d in combo))
-                        for combo in itertools.combinations(matching, want.count)
+                        for combo in itertools.combinations(usable, want.count)
                     ]
             slots.append(options)
             owners.append(ci)
@@ -241,6 +246,22 @@ def test_past_the_bound_nothing_is_allocated_and_the_bound_is_named() -> None:
 
 
 # ---- properties --------------------------------------------------------------------------------
+def _tolerating(request: DeviceRequest) -> DeviceRequest:
+    """The request (or its every alternative) tolerating the taint "maint"."""
+    tolerate = (Toleration("maint", "Exists"),)
+    if request.exactly is not None:
+        return dataclasses.replace(
+            request, exactly=dataclasses.replace(request.exactly, tolerations=tolerate)
+        )
+    return dataclasses.replace(
+        request,
+        first_available=tuple(
+            (name, dataclasses.replace(r, tolerations=tolerate))
+            for name, r in request.first_available
+        ),
+    )
+
+
 MODELS = ("a", "b")
 CLIQUES = ("x", "y")
 
@@ -251,6 +272,12 @@ def problems(draw: st.DrawFn) -> tuple[list[Claim], list[Device], set[DeviceId]]
     devices = [
         gpu(i, model=draw(st.sampled_from(MODELS)), clique=draw(st.sampled_from(CLIQUES)))
         for i in range(n)
+    ]
+    # some devices tainted (kept from requests that do not tolerate "maint"), some noted only
+    effects = [draw(st.sampled_from(["", "", "", "NoSchedule", "None"])) for _ in devices]
+    devices = [
+        dataclasses.replace(d, taints=(DeviceTaint("maint", "", e),)) if e else d
+        for d, e in zip(devices, effects, strict=True)
     ]
     used = {d.id for d in devices if draw(st.integers(0, 9)) == 0}
     claims = []
@@ -281,6 +308,8 @@ def problems(draw: st.DrawFn) -> tuple[list[Claim], list[Device], set[DeviceId]]
                 )
             else:
                 requests.append(exact(f"r{ri}", draw(st.integers(1, 2)), *sel))
+            if draw(st.integers(0, 3)) == 0:  # this request tolerates the taint
+                requests[-1] = _tolerating(requests[-1])
         constraints = [MatchAttribute("clique")] if draw(st.booleans()) else []
         claims.append(claim(f"c{ci}", *requests, constraints=constraints))
     return claims, devices, used
@@ -339,12 +368,11 @@ def test_a_tainted_device_goes_only_to_a_request_that_tolerates_its_taint() -> N
     """kube-scheduler v1.36 (DRADeviceTaints, on): NoSchedule and NoExecute taints keep a
     device from a request without a matching toleration, admin access or not; None does not;
     an All request fails when a matching device is kept from it."""
-    from dataclasses import replace as _replace
-
-    from gangsched.core.resourceclaims import DeviceTaint, Toleration
-
-    clean, sick = gpu(0), _replace(gpu(1), taints=(DeviceTaint("ecc", "bad", "NoSchedule"),))
-    noted = _replace(gpu(2), taints=(DeviceTaint("note", "", "None"),))
+    clean, sick = (
+        gpu(0),
+        dataclasses.replace(gpu(1), taints=(DeviceTaint("ecc", "bad", "NoSchedule"),)),
+    )
+    noted = dataclasses.replace(gpu(2), taints=(DeviceTaint("note", "", "None"),))
     two = claim("two", exact("gpu", 2))
     assert isinstance(allocate([two], [clean, sick], CLASSES, set(), NODE), Unallocatable)
     out = allocate([two], [clean, sick, noted], CLASSES, set(), NODE)
