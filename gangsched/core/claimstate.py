@@ -282,11 +282,7 @@ class ClaimCatalog:
         no allocation, written or tentative, holds), a reason when they surely do not (fewer
         devices of a class than the claims ask, not counting the tentative ones, which the
         search could move), None when only the search can tell."""
-        last = self._asked_last
-        if last is not None and last[0] == pod.uid and last[1] == self.generation:
-            asked = last[2]
-        else:
-            asked = self._asked(pod)
+        asked = self._asked(pod)
         if asked is None:
             return None
         want, first, sure = asked
