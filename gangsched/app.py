@@ -223,7 +223,13 @@ async def build_app(settings: Settings) -> App:
         # the GPU devices a share was placed on, recorded in the pod as Koordinator does
         annotations=DeviceRecorder(core.pod, core.node),
         # resource claims are written against the ones watched
-        claims=ClaimWriter(client, dra.claims, fence=fence, held_by=core.device_holder),
+        claims=ClaimWriter(
+            client,
+            dra.claims,
+            fence=fence,
+            held_by=core.device_holder,
+            device_class=core.device_class,
+        ),
     )
     metrics = Metrics()
     service = SchedulerService(

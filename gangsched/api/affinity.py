@@ -30,7 +30,7 @@ from gangsched.core.model import (
     WeightedPodAffinityTerm,
 )
 
-__all__ = ["placement", "pod_affinity"]
+__all__ = ["node_selector_term", "placement", "pod_affinity"]
 
 
 def _requirement(r: object, field: str) -> Requirement:
@@ -42,7 +42,8 @@ def _requirement(r: object, field: str) -> Requirement:
     return Requirement(str(r.get("key") or ""), op, values)
 
 
-def _term(t: object, field: str) -> AffinityTerm:
+def node_selector_term(t: object, field: str) -> AffinityTerm:
+    """A node selector term (``matchExpressions`` and ``matchFields``)."""
     t = as_map(t, field)
     return AffinityTerm(
         tuple(
@@ -63,7 +64,7 @@ def _preferred(p: object, field: str) -> PreferredTerm:
         raise SpecError(
             f"{field}.weight: must be an integer from 1 to 100, got {as_written(weight)}"
         )
-    return PreferredTerm(weight, _term(p.get("preference"), f"{field}.preference"))
+    return PreferredTerm(weight, node_selector_term(p.get("preference"), f"{field}.preference"))
 
 
 def placement(spec: Obj) -> Placement:
@@ -72,7 +73,9 @@ def placement(spec: Obj) -> Placement:
     required: tuple[AffinityTerm, ...] | None = None
     if req is not None:
         terms = as_list(as_map(req, "required").get("nodeSelectorTerms"), "nodeSelectorTerms")
-        required = tuple(_term(t, f"nodeSelectorTerms[{i}]") for i, t in enumerate(terms))
+        required = tuple(
+            node_selector_term(t, f"nodeSelectorTerms[{i}]") for i, t in enumerate(terms)
+        )
     preferred = tuple(
         _preferred(p, f"preferredDuringSchedulingIgnoredDuringExecution[{i}]")
         for i, p in enumerate(

@@ -10,8 +10,10 @@ lists what is read and what is refused.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
+from gangsched.api.affinity import node_selector_term
 from gangsched.api.cel import compile_selector, parse_semver
 from gangsched.api.fields import (
     Obj,
@@ -24,12 +26,14 @@ from gangsched.api.fields import (
     nonempty_str,
     unreadable,
 )
+from gangsched.core.model import AffinityTerm
 from gangsched.core.quantity import QuantityError, parse_quantity
 from gangsched.core.resourceclaims import (
     AllocationMode,
     AttributeValue,
     Claim,
     ClaimAllocation,
+    ConfigEntry,
     Device,
     DeviceClass,
     DeviceId,
@@ -69,7 +73,9 @@ class DraError:
 
 @dataclass(frozen=True, slots=True)
 class ResourceSlice:
-    """A node-local ResourceSlice: its driver's devices in one pool, on ``node``."""
+    """A ResourceSlice: its driver's devices in one pool, on ``node`` (empty when the slice is
+    not for one node: each device says where it reaches), or the pool's counter sets
+    (``counters``: (set, counter, total)), which a slice carries instead of devices."""
 
     name: str
     driver: str
@@ -78,6 +84,7 @@ class ResourceSlice:
     slice_count: int
     node: str
     devices: tuple[Device, ...]
+    counters: tuple[tuple[str, str, int], ...] = ()
 
 
 def _unsupported(field: str) -> SpecError:
@@ -115,6 +122,34 @@ def _name(obj: object) -> str:
     return name
 
 
+def _config(v: object, field: str, requests: set[str] | None) -> tuple[ConfigEntry, ...]:
+    """``config[]``: opaque driver parameters, kept as written for the allocation. With
+    ``requests`` (a claim's), each entry's ``requests`` must name one (``<request>`` or
+    ``<request>/<sub-request>``)."""
+    out: list[ConfigEntry] = []
+    for i, raw in enumerate(as_list(v, field)):
+        f = f"{field}[{i}]"
+        c = as_map(raw, f)
+        names: tuple[str, ...] = ()
+        if requests is not None:
+            names = tuple(
+                nonempty_str(x, f"{f}.requests[{j}]")
+                for j, x in enumerate(as_list(c.get("requests"), f"{f}.requests"))
+            )
+            for j, n in enumerate(names):
+                if n.split("/", 1)[0] not in requests:
+                    raise SpecError(f"{f}.requests[{j}]: no request {as_written(n)}")
+        if c.get("opaque") is None:
+            raise SpecError(f"{f}.opaque: expected an object (the only kind of configuration)")
+        opaque = as_map(c.get("opaque"), f"{f}.opaque")
+        driver = nonempty_str(opaque.get("driver"), f"{f}.opaque.driver")
+        params = opaque.get("parameters")
+        if not isinstance(params, dict):
+            raise SpecError(f"{f}.opaque.parameters: expected an object, got {as_written(params)}")
+        out.append(ConfigEntry(driver, json.dumps(params, separators=(",", ":")), names))
+    return tuple(out)
+
+
 # ---- DeviceClass ----------------------------------------------------------------------------
 def device_class_from(obj: object) -> DeviceClass | DraError:
     """A DeviceClass (cluster-scoped): its name and compiled ``spec.selectors``."""
@@ -124,11 +159,11 @@ def device_class_from(obj: object) -> DeviceClass | DraError:
         meta = as_map(m.get("metadata"), "metadata")
         name = nonempty_str(meta.get("name"), "metadata.name")
         spec = as_map(m.get("spec"), "spec")
-        _refuse_set(spec, "spec", ("config",))
         extended = spec.get("extendedResourceName")
         return DeviceClass(
             name,
             _selectors(spec.get("selectors"), "spec.selectors"),
+            _config(spec.get("config"), "spec.config", None),
             "" if extended is None else nonempty_str(extended, "spec.extendedResourceName"),
         )
     except (SpecError, QuantityError, TypeError, ValueError) as e:
@@ -177,10 +212,6 @@ def _capacity(v: object, field: str) -> int:
 
 
 _DEVICE_UNSUPPORTED = (
-    "consumesCounters",
-    "nodeName",
-    "nodeSelector",
-    "allNodes",
     "bindsToNode",
     "bindingConditions",
     "bindingFailureConditions",
@@ -189,12 +220,106 @@ _DEVICE_UNSUPPORTED = (
 )
 
 
-def _device(v: object, field: str, driver: str, pool: str, node: str) -> Device:
+def _counters(v: object, field: str) -> tuple[tuple[str, int], ...]:
+    """``counters``: name -> ``{value: <quantity>}``, as whole numbers (bytes, units)."""
+    out: list[tuple[str, int]] = []
+    for k, c in as_map(v, field).items():
+        f = f"{field}[{as_written(k)}]"
+        if not isinstance(k, str) or not k:
+            raise SpecError(f"{f}: expected a counter name")
+        q = parse_quantity(as_map(c, f).get("value"), f"{f}.value")
+        if q < 0:
+            raise SpecError(f"{f}.value: must not be negative, got {q}")
+        # a fraction (500m) is counted in thousandths: exact for sums and comparisons
+        out.append((k, int(q * 1000)))
+    return tuple(out)
+
+
+def _shared_counters(v: object, field: str) -> tuple[tuple[str, str, int], ...]:
+    out: list[tuple[str, str, int]] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(as_list(v, field)):
+        f = f"{field}[{i}]"
+        cs = as_map(raw, f)
+        name = nonempty_str(cs.get("name"), f"{f}.name")
+        if name in seen:
+            raise SpecError(f"{f}.name: counter set {as_written(name)} is listed twice")
+        seen.add(name)
+        out.extend((name, c, n) for c, n in _counters(cs.get("counters"), f"{f}.counters"))
+    return tuple(out)
+
+
+def _consumes(v: object, field: str) -> tuple[tuple[str, str, int], ...]:
+    out: list[tuple[str, str, int]] = []
+    for i, raw in enumerate(as_list(v, field)):
+        f = f"{field}[{i}]"
+        c = as_map(raw, f)
+        counter_set = nonempty_str(c.get("counterSet"), f"{f}.counterSet")
+        out.extend(
+            (counter_set, name, n) for name, n in _counters(c.get("counters"), f"{f}.counters")
+        )
+    return tuple(out)
+
+
+def _reach(m: Obj, field: str) -> tuple[str, AffinityTerm | None, bool]:
+    """Where devices may be used, from exactly one of ``nodeName``, ``nodeSelector`` (one
+    term) and ``allNodes``: (node, None, True), ('', term, True) or ('', None, True); (``'',
+    None, False``) when none is set."""
+    node, selector, all_nodes = m.get("nodeName"), m.get("nodeSelector"), m.get("allNodes")
+    given = [
+        n
+        for n, x in (("nodeName", node), ("nodeSelector", selector), ("allNodes", all_nodes))
+        if x not in (None, "", False)
+    ]
+    if len(given) > 1:
+        raise SpecError(f"{field}: only one of {', '.join(given)} may be set")
+    if node not in (None, ""):
+        return nonempty_str(node, f"{field}.nodeName"), None, True
+    if selector is not None:
+        terms = as_list(
+            as_map(selector, f"{field}.nodeSelector").get("nodeSelectorTerms"),
+            f"{field}.nodeSelector.nodeSelectorTerms",
+        )
+        if len(terms) != 1:
+            raise SpecError(
+                f"{field}.nodeSelector.nodeSelectorTerms: expected exactly one term, "
+                f"got {len(terms)}"
+            )
+        term = node_selector_term(terms[0], f"{field}.nodeSelector.nodeSelectorTerms[0]")
+        return "", term, True
+    if all_nodes not in (None, False):
+        if all_nodes is not True:
+            raise SpecError(f"{field}.allNodes: expected a boolean, got {as_written(all_nodes)}")
+        return "", None, True
+    return "", None, False
+
+
+def _device(
+    v: object,
+    field: str,
+    driver: str,
+    pool: str,
+    reach: tuple[str, AffinityTerm | None] | None,
+) -> Device:
+    """A device; ``reach`` is the slice's (node, selector term), None when the slice leaves
+    it to each device (``perDeviceNodeSelection``)."""
     if v is None:
         raise SpecError(f"{field}: expected an object, got null")
     d = as_map(v, field)
     name = nonempty_str(d.get("name"), f"{field}.name")
     _refuse_set(d, field, _DEVICE_UNSUPPORTED)
+    if reach is None:
+        node, term, given = _reach(d, field)
+        if not given:
+            raise SpecError(
+                f"{field}: one of nodeName, nodeSelector, allNodes must be set "
+                "(spec.perDeviceNodeSelection)"
+            )
+    else:
+        for f in ("nodeName", "nodeSelector", "allNodes"):
+            if d.get(f) not in (None, "", False):
+                raise SpecError(f"{field}.{f}: only with spec.perDeviceNodeSelection")
+        node, term = reach
     attributes: dict[str, AttributeValue] = {}
     for k, a in as_map(d.get("attributes"), f"{field}.attributes").items():
         f = f"{field}.attributes[{as_written(k)}]"
@@ -207,7 +332,15 @@ def _device(v: object, field: str, driver: str, pool: str, node: str) -> Device:
         _taint(t, f"{field}.taints[{i}]")
         for i, t in enumerate(as_list(d.get("taints"), f"{field}.taints"))
     )
-    return Device(DeviceId(driver, pool, name), node, attributes, capacity, taints)
+    return Device(
+        DeviceId(driver, pool, name),
+        node,
+        attributes,
+        capacity,
+        taints,
+        term,
+        _consumes(d.get("consumesCounters"), f"{field}.consumesCounters"),
+    )
 
 
 _EFFECTS = ("NoSchedule", "NoExecute", "None")
@@ -247,8 +380,9 @@ def _tolerations(v: object, field: str) -> tuple[Toleration, ...]:
 
 
 def resource_slice_from(obj: object) -> ResourceSlice | DraError:
-    """A node-local ResourceSlice (``spec.nodeName``) and its devices; slices for all nodes or
-    a node selector, and what the core does not model (taints, counters), are refused."""
+    """A ResourceSlice: its devices, each with where it may be used (the slice's
+    ``nodeName``, ``nodeSelector`` or ``allNodes``, or each device's own with
+    ``perDeviceNodeSelection``), or its pool's counter sets (``sharedCounters``)."""
     name = _name(obj)
     try:
         m = as_map(obj, "object")
@@ -262,18 +396,41 @@ def resource_slice_from(obj: object) -> ResourceSlice | DraError:
         count = integer(
             pool.get("resourceSliceCount", 1), "spec.pool.resourceSliceCount", 1, _INT64_MAX
         )
-        _refuse_set(spec, "spec", ("allNodes", "nodeSelector", "perDeviceNodeSelection"))
-        _refuse_set(spec, "spec", ("sharedCounters",))
-        node = nonempty_str(spec.get("nodeName"), "spec.nodeName")
+        counters = _shared_counters(spec.get("sharedCounters"), "spec.sharedCounters")
+        node, term, given = _reach(spec, "spec")
+        per_device = spec.get("perDeviceNodeSelection")
+        if per_device not in (None, False):
+            if per_device is not True:
+                raise SpecError(
+                    f"spec.perDeviceNodeSelection: expected a boolean, got {as_written(per_device)}"
+                )
+            if given:
+                raise SpecError(
+                    "spec: only one of nodeName, nodeSelector, allNodes, "
+                    "perDeviceNodeSelection may be set"
+                )
+        elif not given and not counters:
+            raise SpecError(
+                "spec: one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection must be set"
+            )
+        raw_devices = as_list(spec.get("devices"), "spec.devices")
+        if counters and raw_devices:
+            raise SpecError("spec: only one of devices and sharedCounters may be set")
         devices = tuple(
-            _device(d, f"spec.devices[{i}]", driver, pool_name, node)
-            for i, d in enumerate(as_list(spec.get("devices"), "spec.devices"))
+            _device(
+                d,
+                f"spec.devices[{i}]",
+                driver,
+                pool_name,
+                None if per_device is True else (node, term),
+            )
+            for i, d in enumerate(raw_devices)
         )
         names = [d.id.name for d in devices]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
             raise SpecError(f"spec.devices: device {as_written(dup)} is listed twice")
-        return ResourceSlice(name, driver, pool_name, generation, count, node, devices)
+        return ResourceSlice(name, driver, pool_name, generation, count, node, devices, counters)
     except (SpecError, QuantityError, TypeError, ValueError) as e:
         return DraError(name, str(e))
     except Exception as e:
@@ -365,9 +522,10 @@ def _constraint(v: object, field: str, requests: set[str]) -> MatchAttribute:
     return MatchAttribute(attribute, names)
 
 
-def _node_of(selector: object, field: str) -> str:
+def _node_of(selector: object, field: str) -> tuple[str, AffinityTerm | None]:
     """The one node an allocation's ``nodeSelector`` names (``matchFields`` on
-    ``metadata.name``, as kube-scheduler writes it, or a hostname label)."""
+    ``metadata.name``, as kube-scheduler writes it, or a hostname label): (node, None); else
+    ('', the one term the selector has)."""
     terms = as_list(as_map(selector, field).get("nodeSelectorTerms"), f"{field}.nodeSelectorTerms")
     if len(terms) == 1:
         t = as_map(terms[0], f"{field}.nodeSelectorTerms[0]")
@@ -387,15 +545,16 @@ def _node_of(selector: object, field: str) -> str:
                 and isinstance(values[0], str)
                 and values[0]
             ):
-                return values[0]
-    raise _unsupported(f"{field}: a selector other than one node")
+                return values[0], None
+        return "", node_selector_term(terms[0], f"{field}.nodeSelectorTerms[0]")
+    raise _unsupported(f"{field}.nodeSelectorTerms: {len(terms)} terms")
 
 
 def _allocation(v: object, field: str) -> ClaimAllocation:
     a = as_map(v, field)
-    if a.get("nodeSelector") is None:
-        raise _unsupported(f"{field}.nodeSelector: an allocation for every node")
-    node = _node_of(a.get("nodeSelector"), f"{field}.nodeSelector")
+    node, reach = "", None
+    if a.get("nodeSelector") is not None:  # none: the devices reach every node
+        node, reach = _node_of(a.get("nodeSelector"), f"{field}.nodeSelector")
     devices = as_map(a.get("devices"), f"{field}.devices")
     results: list[tuple[str, DeviceId]] = []
     for i, r in enumerate(as_list(devices.get("results"), f"{field}.devices.results")):
@@ -413,7 +572,7 @@ def _allocation(v: object, field: str) -> ClaimAllocation:
                 ),
             )
         )
-    return ClaimAllocation(node, tuple(results))
+    return ClaimAllocation(node, tuple(results), reach)
 
 
 def _reserved_for(v: object, field: str) -> tuple[str, ...]:
@@ -437,7 +596,6 @@ def resource_claim_from(obj: object) -> Claim | DraError:
         uid = uid if isinstance(uid, str) and uid else key
         spec = as_map(m.get("spec"), "spec")
         devices = as_map(spec.get("devices"), "spec.devices")
-        _refuse_set(devices, "spec.devices", ("config",))
         requests = tuple(
             _request(r, f"spec.devices.requests[{i}]")
             for i, r in enumerate(as_list(devices.get("requests"), "spec.devices.requests"))
@@ -462,6 +620,7 @@ def resource_claim_from(obj: object) -> Claim | DraError:
             allocation,
             _reserved_for(status.get("reservedFor"), "status.reservedFor"),
             deleting=bool(meta.get("deletionTimestamp")),
+            config=_config(devices.get("config"), "spec.devices.config", set(names)),
         )
     except (SpecError, QuantityError, TypeError, ValueError) as e:
         return DraError(key, str(e))

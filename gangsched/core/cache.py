@@ -118,7 +118,7 @@ class ClusterCache:
         self.volumes = VolumeCatalog()
         # Devices, device classes and resource claims, with the allocations chosen for
         # reserved pods (core/claimstate.py).
-        self.resource_claims = ClaimCatalog()
+        self.resource_claims = ClaimCatalog(self._node_labels)
         # Free capacity per topology domain of the levels gangs ask about (core/domains.py).
         self.domains = DomainIndex()
         # Called with a pod's uid after ``assume`` or ``forget`` changed whether it is
@@ -138,6 +138,8 @@ class ClusterCache:
         if old is None or old.static_signature() != node.static_signature():
             self.static_generation += 1
         info.node = node
+        if old is None or old.labels != node.labels:
+            self.resource_claims.node_changed(node.name)  # which shared devices reach it
         devices = node.gpus or ()
         current = info.gpus
         if (current.devices if current is not None else ()) != devices:
@@ -270,6 +272,10 @@ class ClusterCache:
             self._count(uid, self._target(pod), pod.requests)
             if pod.resource_claims:
                 self.resource_claims.restore(uid, pod.resource_claims)
+
+    def _node_labels(self, name: str) -> Mapping[str, str]:
+        info = self.nodes.get(name)
+        return info.node.labels if info is not None and info.node is not None else {}
 
     def node_of(self, uid: str) -> str:
         """The node a pod is counted on (bound or assumed), or ''."""

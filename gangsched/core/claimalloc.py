@@ -9,8 +9,11 @@ cycle, so it can choose the devices of all the claims on a node together:
   ``firstAvailable`` request tries its sub-requests in order; an ``ExactCount`` request takes
   its devices in the node's device order (combinations, never the same set twice), an ``All``
   request every matching device (none may be in use; at least one must exist);
-- a device matches a request when it is on the node, every selector of the request's device
-  class and of the request matches it, and (but for admin access) no other claim holds it;
+- a device matches a request when it is on the node (or reaches it: a device of a slice for
+  every node or a node selector), every selector of the request's device class and of the
+  request matches it, and (but for admin access) no other claim holds it;
+- a device of a partitionable pool fits only while its pool's counter sets have what it
+  consumes left, after what the devices held and chosen so far consume (admin access too);
 - a ``matchAttribute`` constraint fixes its attribute's value with the first device chosen for
   a request it names; later devices must carry the same value (a device without the attribute
   never satisfies it);
@@ -29,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gangsched.core.model import AffinityTerm, Requirement
 from gangsched.core.resourceclaims import (
     AllocationMode,
     Claim,
@@ -61,6 +65,10 @@ class Unallocatable:
     bound_reached: bool = False
 
 
+# (driver, pool, counter set, counter) -> what is left of it
+Counters = dict[tuple[str, str, str, str], int]
+
+
 @dataclass(slots=True)
 class _Search:
     node: str
@@ -68,12 +76,16 @@ class _Search:
     classes: Mapping[str, DeviceClass]
     used: Collection[DeviceId]
     budget: int
+    # what the pools' counter sets have left; None when no device consumes any
+    counters: Counters | None = None
     steps: int = 0
     taken: set[DeviceId] = field(default_factory=set)
+    # admin-access choices that consume counters (they hold no device, but take counters)
+    admin_counted: list[DeviceId] = field(default_factory=list)
     out_of_budget: bool = False
     # (claim index, devices taken) from which the rest was found impossible: reached again
     # by another order of the same choices, it fails at once
-    dead: set[tuple[int, frozenset[DeviceId]]] = field(default_factory=set)
+    dead: set[tuple[int, frozenset[DeviceId], tuple[DeviceId, ...]]] = field(default_factory=set)
 
     def matching(self, request: ExactRequest) -> list[Device] | str:
         """The node's devices this kind of request may take, in device order; or why none."""
@@ -82,15 +94,39 @@ class _Search:
             return f"device class {request.device_class} does not exist"
         selectors = (*device_class.selectors, *request.selectors)
         return [
-            d for d in self.devices if d.node == self.node and all(s.matches(d) for s in selectors)
+            d
+            for d in self.devices
+            if (d.node == self.node or not d.node) and all(s.matches(d) for s in selectors)
         ]
 
-    def free(self, d: Device, request: ExactRequest) -> bool:
+    def free(self, d: Device, request: ExactRequest, *, counted: bool = True) -> bool:
         if d.taints and not d.usable_by(request.tolerations):
             return False  # a taint not tolerated, admin access or not (as kube-scheduler)
+        if counted and d.consumes and not self.room(d):
+            return False
         if request.admin_access:
             return True
         return d.id not in self.taken and d.id not in self.used
+
+    def room(self, *devices: Device) -> bool:
+        """The pools' counters have what ``devices`` consume, together, left."""
+        if self.counters is None:
+            return not any(d.consumes for d in devices)
+        want: dict[tuple[str, str, str, str], int] = {}
+        for d in devices:
+            for counter_set, name, n in d.consumes:
+                k = (d.id.driver, d.id.pool, counter_set, name)
+                want[k] = want.get(k, 0) + n
+        # a counter set its pool does not publish: the device cannot be used
+        return all(self.counters.get(k, -1) >= n for k, n in want.items())
+
+    def consume(self, devices: Sequence[Device], sign: int) -> None:
+        if self.counters is None:
+            return
+        for d in devices:
+            for counter_set, name, n in d.consumes:
+                k = (d.id.driver, d.id.pool, counter_set, name)
+                self.counters[k] = self.counters.get(k, 0) - sign * n
 
 
 def _constraints_of(claim: Claim, request: str) -> list[int]:
@@ -106,10 +142,15 @@ def allocate(
     node: str,
     *,
     budget: int = SEARCH_BOUND,
+    counters: Counters | None = None,
 ) -> Allocated | Unallocatable:
     """Allocate every claim in ``claims`` (each listed once; a claim shared by several members
-    is allocated once) on ``node``, jointly, from ``devices`` not in ``used``."""
-    search = _Search(node, tuple(devices), classes, used, budget)
+    is allocated once) on ``node``, jointly, from ``devices`` (the node's, and those that reach
+    it from slices not for one node) not in ``used``; ``counters``: what the partitionable
+    pools' counter sets have left (not changed)."""
+    search = _Search(
+        node, tuple(devices), classes, used, budget, None if counters is None else dict(counters)
+    )
     for claim in claims:
         for request in claim.requests:
             if not request.options():
@@ -119,8 +160,12 @@ def allocate(
     results: list[list[tuple[str, DeviceId]]] = [[] for _ in claims]
     values: list[list[object]] = [[None] * len(c.constraints) for c in claims]
     if _claim(search, claims, 0, 0, results, values):
+        by_id = {d.id: d for d in search.devices}
         return Allocated(
-            {c.key: ClaimAllocation(node, tuple(r)) for c, r in zip(claims, results, strict=True)}
+            {
+                c.key: _allocation(node, tuple(r), by_id)
+                for c, r in zip(claims, results, strict=True)
+            }
         )
     if search.out_of_budget:
         return Unallocatable(
@@ -131,24 +176,53 @@ def allocate(
     return Unallocatable(_diagnose(search, claims))
 
 
+def _allocation(
+    node: str, results: tuple[tuple[str, DeviceId], ...], by_id: Mapping[DeviceId, Device]
+) -> ClaimAllocation:
+    """The allocation's reach, as kube-scheduler's allocator makes its node selector: the
+    node, when a device is local to it; else one term with every requirement of the devices'
+    node selectors; else (every device reaches every node) no restriction."""
+    chosen = [by_id[d] for _, d in results]
+    if not chosen or any(d.node for d in chosen):
+        return ClaimAllocation(node, results)
+    exprs: list[Requirement] = []
+    fields: list[Requirement] = []
+    for d in chosen:
+        if d.reach is not None:
+            exprs.extend(r for r in d.reach.match_expressions if r not in exprs)
+            fields.extend(r for r in d.reach.match_fields if r not in fields)
+    if not exprs and not fields:
+        return ClaimAllocation("", results)
+    return ClaimAllocation("", results, AffinityTerm(tuple(exprs), tuple(fields)))
+
+
 def allocate_one_by_one(
     claims: Sequence[Claim],
     devices: Sequence[Device],
     classes: Mapping[str, DeviceClass],
     used: Collection[DeviceId],
     node: str,
+    *,
+    counters: Counters | None = None,
 ) -> Allocated | Unallocatable:
     """kube-scheduler's way, for comparison: each claim allocated in turn with the devices the
     earlier ones took, never revisited."""
     taken = set(used)
+    left = None if counters is None else dict(counters)
+    by_id = {d.id: d for d in devices}
     out: dict[str, ClaimAllocation] = {}
     for claim in claims:
-        result = allocate([claim], devices, classes, taken, node)
+        result = allocate([claim], devices, classes, taken, node, counters=left)
         if isinstance(result, Unallocatable):
             return result
         alloc = result.allocations[claim.key]
         out[claim.key] = alloc
         taken.update(alloc.devices)
+        if left is not None:
+            for _, d in alloc.results:
+                for counter_set, name, n in by_id[d].consumes:
+                    k = (d.driver, d.pool, counter_set, name)
+                    left[k] = left.get(k, 0) - n
     return Allocated(out)
 
 
@@ -189,7 +263,7 @@ def _claim(
         return True
     claim = claims[ci]
     if ri == len(claim.requests):
-        state = (ci + 1, frozenset(s.taken))
+        state = (ci + 1, frozenset(s.taken), tuple(sorted(s.admin_counted)))
         if state in s.dead:
             return False
         if _claim(s, claims, ci + 1, 0, results, values):
@@ -249,6 +323,9 @@ def _take(
     """The devices serve ``path``: held by this search (but for admin access)."""
     if not exact.admin_access:
         s.taken.update(d.id for d in devices)
+    else:
+        s.admin_counted.extend(d.id for d in devices if d.consumes)
+    s.consume(devices, 1)
     result.extend((path, d.id) for d in devices)
 
 
@@ -259,6 +336,11 @@ def _give_back(
     del result[len(result) - len(devices) :]
     if not exact.admin_access:
         s.taken.difference_update(d.id for d in devices)
+    else:
+        for d in devices:
+            if d.consumes:
+                s.admin_counted.remove(d.id)
+    s.consume(devices, -1)
 
 
 def _some(
@@ -320,6 +402,8 @@ def _all(
     """Every matching device, none in use, at least one."""
     if not candidates or not all(s.free(d, exact) for d in candidates):
         return False
+    if not s.room(*candidates):
+        return False
     claim = claims[ci]
     fixed = values[ci]
     set_here: list[int] = []
@@ -363,9 +447,17 @@ def _diagnose(s: _Search, claims: Sequence[Claim]) -> str:
                         f"{len(candidates) - len(free)} in use"
                     )
                 elif len(free) < max(wanted, 1):
+                    uncounted = sum(1 for d in candidates if s.free(d, exact, counted=False))
+                    partitioned = (
+                        f" (of {uncounted} free, the counters of their partitionable pool "
+                        "leave too little for the rest)"
+                        if uncounted > len(free)
+                        else ""
+                    )
                     reasons.append(
                         f"{path}: needs {max(wanted, 1)} device(s) of class "
                         f"{exact.device_class}, {len(free)} available on node {s.node}"
+                        + partitioned
                     )
                 else:
                     reasons = []
@@ -379,7 +471,7 @@ def _diagnose(s: _Search, claims: Sequence[Claim]) -> str:
         for _, exact in r.options()[:1]
         if exact.mode is AllocationMode.EXACT_COUNT
     )
-    free_all = sum(1 for d in s.devices if d.node == s.node and d.id not in s.used)
+    free_all = sum(1 for d in s.devices if (d.node == s.node or not d.node) and d.id not in s.used)
     return (
         f"no assignment of devices on node {s.node} satisfies all {len(claims)} claim(s) at "
         f"once ({total} device(s) asked, {free_all} free there; selectors and constraints "

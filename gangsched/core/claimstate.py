@@ -7,16 +7,22 @@ A pod with claims fits a node when every claim it uses can be served there toget
 claims of the pods already assumed on that node in this gang cycle: the allocation is searched
 for all of them at once (core/claimalloc.py), so a later member may move the devices an
 earlier member was given, as long as nothing is written yet. A claim allocated already (by
-this scheduler or another) serves only the node it was allocated on, and its devices are used;
-a claim another assumed pod holds tentatively likewise. ``prebind`` gives the allocations a
+this scheduler or another) serves only the node it was allocated on (or, its devices all from
+slices not for one node, the nodes its node selector matches), and its devices are used; a
+claim another assumed pod holds tentatively likewise. ``prebind`` gives the allocations a
 gang's binding must write first, all of them before any member binds.
+
+Devices that reach many nodes (slices for every node or a node selector) are offered to every
+node they reach; a claim shared by a whole gang can hold one and serve every member, wherever
+each is placed among those nodes. Partitionable pools publish counter sets; what the devices
+held (written or tentative) consume is taken from them before a search.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 
-from gangsched.core.claimalloc import Allocated, allocate
+from gangsched.core.claimalloc import Allocated, Counters, allocate
 from gangsched.core.decisions import ClaimWrite
 from gangsched.core.model import Pod
 from gangsched.core.resourceclaims import (
@@ -34,11 +40,28 @@ __all__ = ["MAX_RESERVED", "ClaimCatalog"]
 MAX_RESERVED = 256
 
 
+_Pool = tuple[str, str]  # (driver, pool)
+
+
 class ClaimCatalog:
-    def __init__(self) -> None:
+    def __init__(self, labels: Callable[[str], Mapping[str, str]] | None = None) -> None:
+        # a node's labels, for devices and allocations that reach the nodes a selector matches
+        self._labels: Callable[[str], Mapping[str, str]] = labels or (lambda _: {})
         self._slices: dict[str, tuple[Device, ...]] = {}  # slice key -> its devices
         self._node_slices: dict[str, set[str]] = {}  # node -> keys of its slices
         self._by_node: dict[str, list[Device]] = {}  # node -> devices, in slice and list order
+        # devices not local to one node (slices for every node, or a node selector), in slice
+        # and list order; a count that moves whenever they or what holds them change
+        self._shared: list[Device] = []
+        self._shared_ids: set[DeviceId] = set()
+        self._shared_gen = 0
+        self._device_node: dict[DeviceId, str] = {}  # device -> its node ('' when shared)
+        # partitionable pools: the counter sets (slice key -> (driver, pool, set, counter,
+        # total)), their totals by pool, and each pool's devices that consume counters
+        self._counter_slices: dict[str, tuple[tuple[str, str, str, str, int], ...]] = {}
+        self._pool_totals: dict[_Pool, dict[tuple[str, str], int]] = {}
+        self._pool_slices: dict[_Pool, set[str]] = {}  # pool -> slices with consuming devices
+        self._pool_consumers: dict[_Pool, list[Device]] = {}
         # node -> a count that moves whenever anything there changes (devices, allocations,
         # tentative claims): what a fit found stands until it moves
         self._node_gen: dict[str, int] = {}
@@ -49,8 +72,8 @@ class ClaimCatalog:
         # why: a pod using one is told so, by name, instead of waiting for it to appear.
         self.refused_claims: dict[str, str] = {}
         self.refused_classes: dict[str, str] = {}
-        # node -> device -> the claim that holds it (written)
-        self._allocated: dict[str, dict[DeviceId, str]] = {}
+        # device -> the claim whose written allocation holds it
+        self._held_by: dict[DeviceId, str] = {}
         self._tentative: dict[str, ClaimAllocation] = {}  # claim -> chosen, not written
         self._tentative_on: dict[str, set[str]] = {}  # node -> its tentative claims
         self._holders: dict[str, set[str]] = {}  # tentative claim -> assumed pods using it
@@ -61,6 +84,8 @@ class ClaimCatalog:
         # class -> the devices its selectors match, for the gang capacity pre-check; dropped
         # whenever devices or classes change
         self._of_class: dict[str, frozenset[DeviceId]] = {}
+        # class -> (some device it matches reaches many nodes, some consumes counters)
+        self._class_flags: dict[str, tuple[bool, bool]] = {}
         self._held_total = 0  # devices written allocations hold, on every node
         # what-if: pods counted as gone, and the claims whose devices that frees
         self._lifted: set[str] = set()
@@ -75,12 +100,50 @@ class ClaimCatalog:
         ) = None
 
     # ---- what the watches say ----------------------------------------------------------
-    def upsert_slice(self, key: str, devices: Iterable[Device]) -> None:
+    def upsert_slice(
+        self,
+        key: str,
+        devices: Iterable[Device],
+        counters: tuple[tuple[str, str, str, str, int], ...] = (),
+    ) -> None:
+        """A slice's devices, or (a partitionable pool's) its counter sets: (driver, pool,
+        set, counter, total)."""
+        self._slice_changed(key, tuple(devices), counters)
+
+    def remove_slice(self, key: str) -> None:
+        self._slice_changed(key, None, ())
+
+    def _slice_changed(
+        self,
+        key: str,
+        new: tuple[Device, ...] | None,
+        counters: tuple[tuple[str, str, str, str, int], ...],
+    ) -> None:
         self._of_class.clear()
+        self._class_flags.clear()
         self._free_cache.clear()
         old = self._slices.get(key, ())
-        new = self._slices[key] = tuple(devices)
-        for node in {d.node for d in (*old, *new)}:
+        if new is None:
+            self._slices.pop(key, None)
+            new = ()
+        else:
+            self._slices[key] = new
+        for d in old:
+            self._device_node.pop(d.id, None)
+        for d in new:
+            self._device_node[d.id] = d.node
+        pools = {(d.id.driver, d.id.pool) for d in (*old, *new) if d.consumes}
+        had = self._counter_slices.pop(key, ())
+        if counters:
+            self._counter_slices[key] = counters
+        pools.update((c[0], c[1]) for c in (*had, *counters))
+        for pool in pools:
+            self._repool(pool, key, new)
+        if any(not d.node for d in (*old, *new)):
+            self._shared = [d for k in sorted(self._slices) for d in self._slices[k] if not d.node]
+            self._shared_ids = {d.id for d in self._shared}
+            self._shared_changed()
+        for node in {d.node for d in (*old, *new) if d.node}:
             keys = self._node_slices.setdefault(node, set())
             if any(d.node == node for d in new):
                 keys.add(key)
@@ -88,16 +151,52 @@ class ClaimCatalog:
                 keys.discard(key)
             self._reindex(node)
 
-    def remove_slice(self, key: str) -> None:
-        self._of_class.clear()
-        self._free_cache.clear()
-        old = self._slices.pop(key, None)
-        for node in {d.node for d in old or ()}:
-            self._node_slices.get(node, set()).discard(key)
-            self._reindex(node)
+    def _repool(self, pool: _Pool, key: str, devices: tuple[Device, ...]) -> None:
+        """A partitionable pool's counter totals and consuming devices, again."""
+        slices = self._pool_slices.setdefault(pool, set())
+        if any(d.consumes and (d.id.driver, d.id.pool) == pool for d in devices):
+            slices.add(key)
+        else:
+            slices.discard(key)
+        consumers = [
+            d
+            for k in sorted(slices)
+            for d in self._slices.get(k, ())
+            if d.consumes and (d.id.driver, d.id.pool) == pool
+        ]
+        totals = {
+            (c[2], c[3]): c[4]
+            for k in sorted(self._counter_slices)
+            for c in self._counter_slices[k]
+            if (c[0], c[1]) == pool
+        }
+        for d in (*self._pool_consumers.get(pool, ()), *consumers):
+            if d.node:
+                self._changed(d.node)
+        if consumers:
+            self._pool_consumers[pool] = consumers
+        else:
+            self._pool_consumers.pop(pool, None)
+            self._pool_slices.pop(pool, None)
+        if totals:
+            self._pool_totals[pool] = totals
+        else:
+            self._pool_totals.pop(pool, None)
+        self._shared_changed()
+
+    def node_changed(self, node: str) -> None:
+        """The node's labels changed: the devices (and allocations) that reach it may too."""
+        if self._shared or any(not a.node for a in self._tentative.values()):
+            self._changed(node)
+
+    def _shared_changed(self) -> None:
+        """What every node's fit may depend on changed (shared devices, counters)."""
+        self._shared_gen += 1
+        self.generation += 1
 
     def upsert_class(self, device_class: DeviceClass) -> None:
         self._of_class.clear()
+        self._class_flags.clear()
         self._free_cache.clear()
         self.classes[device_class.name] = device_class
         self.refused_classes.pop(device_class.name, None)
@@ -105,6 +204,7 @@ class ClaimCatalog:
 
     def remove_class(self, name: str) -> None:
         self._of_class.clear()
+        self._class_flags.clear()
         self._free_cache.clear()
         self.classes.pop(name, None)
         self.refused_classes.pop(name, None)
@@ -160,7 +260,7 @@ class ClaimCatalog:
         self.refused_claims.pop(claim.key, None)
         old = self.claims.get(claim.key)
         if old is not None and old.allocation is not None:
-            self._unallocate(old.allocation)
+            self._unallocate(old.key, old.allocation)
         self.claims[claim.key] = claim
         if claim.allocation is not None:
             self._hold(claim)
@@ -173,24 +273,35 @@ class ClaimCatalog:
         self.refused_claims.pop(key, None)
         old = self.claims.pop(key, None)
         if old is not None and old.allocation is not None:
-            self._unallocate(old.allocation)
+            self._unallocate(key, old.allocation)
         self.generation += 1
 
-    def _unallocate(self, allocation: ClaimAllocation) -> None:
-        self._changed(allocation.node)
-        held = self._allocated.get(allocation.node)
-        if held is None:
-            return
+    def _unallocate(self, key: str, allocation: ClaimAllocation) -> None:
         for d in allocation.devices:
-            if held.pop(d, None) is not None:
+            if self._held_by.get(d) == key:
+                del self._held_by[d]
                 self._held_total -= 1
-        if not held:
-            del self._allocated[allocation.node]
+        self._touch(allocation)
+
+    def _touch(self, allocation: ClaimAllocation) -> None:
+        """Whatever the allocation's devices bear on changed."""
+        nodes = {self._device_node.get(d, allocation.node) for d in allocation.devices}
+        nodes.add(allocation.node)
+        for node in nodes:
+            if node:
+                self._changed(node)
+        if "" in nodes or any(d in self._shared_ids for d in allocation.devices):
+            self._shared_changed()
+        if self._pool_consumers:  # the counters of a pool bear on every device in it
+            for pool in {(d.driver, d.pool) for d in allocation.devices}:
+                for n in {d.node for d in self._pool_consumers.get(pool, ())} - nodes:
+                    if n:
+                        self._changed(n)
 
     def _drop_tentative(self, key: str) -> None:
         alloc = self._tentative.pop(key, None)
         if alloc is not None:
-            self._changed(alloc.node)
+            self._touch(alloc)
             on = self._tentative_on.get(alloc.node)
             if on is not None:
                 on.discard(key)
@@ -201,7 +312,7 @@ class ClaimCatalog:
         self._drop_tentative(key)
         self._tentative[key] = alloc
         self._tentative_on.setdefault(alloc.node, set()).add(key)
-        self._changed(alloc.node)
+        self._touch(alloc)
 
     def devices(self, node: str) -> list[Device]:
         return self._by_node.get(node, [])
@@ -223,7 +334,7 @@ class ClaimCatalog:
         if len(self._fits) > 100_000:
             self._fits.clear()
         # the device index: nodes by how many of their devices no written allocation holds
-        free = len(self._by_node.get(node, ())) - len(self._allocated.get(node, ()))
+        free = sum(1 for d in self._by_node.get(node, ()) if d.id not in self._held_by)
         was = self._node_free.get(node)
         if was == free:
             return
@@ -247,7 +358,7 @@ class ClaimCatalog:
             claim = self.claims.get(key)
             where = None if claim is None else claim.allocation or self._tentative.get(key)
             if where is not None:
-                return [where.node]
+                return [where.node] if where.node else None
         asked = self._asked(pod)
         if asked is None:
             return None
@@ -334,6 +445,11 @@ class ClaimCatalog:
                 if request.exactly is None or request.exactly.selectors:
                     sure = False
                 cls = options[0][1].device_class
+                shared, consuming = self._flags(cls)
+                if shared:
+                    return None  # devices off the node count too
+                if consuming:
+                    sure = False  # counters may leave fewer than the devices
                 want[cls] = want.get(cls, 0) + min(r.count for _, r in options)
                 first.setdefault(cls, f"claim {key}: {options[0][0]}")
         return want, first, sure
@@ -350,7 +466,7 @@ class ClaimCatalog:
         if known is not None and known[0] == gen:
             return known
         matching = self._matching(cls)
-        held = self._allocated.get(node, {})
+        held = self._held_by
         tentative = {
             d for k in self._tentative_on.get(node, ()) for d in self._tentative[k].devices
         }
@@ -398,7 +514,7 @@ class ClaimCatalog:
             for k in sorted(self._tentative_on.get(node, ()))
             if k in self.claims
         )
-        return (node, self._node_gen.get(node, 0), tuple(shapes), here)
+        return (node, self._node_gen.get(node, 0), self._shared_gen, tuple(shapes), here)
 
     def fit(self, pod: Pod, node: str) -> dict[str, ClaimAllocation] | str:
         """The allocations (of the pod's claims and of the tentative claims already on the
@@ -410,8 +526,8 @@ class ClaimCatalog:
                 return f"resource claim {key} does not exist yet"
             where = claim.allocation or self._tentative.get(key)
             if where is not None:
-                if where.node != node:
-                    return f"resource claim {key} is allocated on node {where.node}"
+                if not where.serves(node, {} if where.node else self._labels(node)):
+                    return f"resource claim {key} is allocated {where.where}"
                 continue
             if all(c.key != key for c in pending):
                 pending.append(claim)
@@ -423,14 +539,44 @@ class ClaimCatalog:
         ]
         joint = here + pending
         keys = {c.key for c in joint}
-        used = {d for d, holder in self._allocated.get(node, {}).items() if holder not in keys}
+        devices = self.devices(node)
+        if self._shared:
+            labels = self._labels(node)
+            devices = devices + [d for d in self._shared if d.reaches(node, labels)]
+        held = self._held_by
+        used = {d.id for d in devices if d.id in held and held[d.id] not in keys}
         for k in on_node:
             if k in self._committed:
                 used.update(self._tentative[k].devices)
-        result = allocate(joint, self.devices(node), self.classes, used, node)
+        if self._shared_ids:  # shared devices other nodes' tentative claims hold
+            for k, a in self._tentative.items():
+                if k not in keys:
+                    used.update(d for d in a.devices if d in self._shared_ids)
+        counters = self._counters_left(devices, keys) if self._pool_consumers else None
+        result = allocate(joint, devices, self.classes, used, node, counters=counters)
         if not isinstance(result, Allocated):
             return result.message
         return dict(result.allocations)
+
+    def _counters_left(self, devices: list[Device], keys: Collection[str]) -> Counters | None:
+        """What the counter sets of the pools of ``devices`` have left after every device
+        held by a claim other than ``keys`` (written, or tentative) takes its share."""
+        pools = {(d.id.driver, d.id.pool) for d in devices if d.consumes}
+        if not pools:
+            return None
+        tentative = {d for k, a in self._tentative.items() if k not in keys for d in a.devices}
+        left: Counters = {}
+        for pool in pools:
+            for (counter_set, name), total in self._pool_totals.get(pool, {}).items():
+                left[(*pool, counter_set, name)] = total
+            for d in self._pool_consumers.get(pool, ()):
+                holder = self._held_by.get(d.id)
+                if (holder is not None and holder not in keys) or d.id in tentative:
+                    for counter_set, name, n in d.consumes:
+                        k = (*pool, counter_set, name)
+                        if k in left:
+                            left[k] -= n
+        return left
 
     def assume(self, pod: Pod, node: str) -> bool:
         """The pod is assumed on the node: its claims (and those of the pods already assumed
@@ -504,18 +650,33 @@ class ClaimCatalog:
             cls = self.classes.get(name)
             matching = frozenset(
                 d.id
-                for devices in self._by_node.values()
+                for devices in (*self._by_node.values(), self._shared)
                 for d in devices
                 if cls is not None and all(s.matches(d) for s in cls.selectors)
             )
             self._of_class[name] = matching
         return matching
 
+    def _flags(self, name: str) -> tuple[bool, bool]:
+        """Whether some device of the class reaches many nodes, and whether some consumes
+        counters: counting a node's own devices cannot tell a fit then."""
+        flags = self._class_flags.get(name)
+        if flags is None:
+            cls = self.classes.get(name)
+            shared = consuming = False
+            if cls is not None and (self._shared or self._pool_consumers):
+                for d in (*self._shared, *(d for ds in self._pool_consumers.values() for d in ds)):
+                    if all(s.matches(d) for s in cls.selectors):
+                        shared = shared or not d.node
+                        consuming = consuming or bool(d.consumes)
+            flags = self._class_flags[name] = (shared, consuming)
+        return flags
+
     def free_of_class(self, name: str) -> int:
         """Devices the class's selectors match, on every node, that no written or committed
         allocation holds."""
         matching = self._matching(name)
-        held = sum(1 for per in self._allocated.values() for d in per if d in matching)
+        held = sum(1 for d in matching if d in self._held_by)
         for k in self._committed:
             alloc = self._tentative.get(k)
             if alloc is not None:
@@ -554,7 +715,7 @@ class ClaimCatalog:
             if claim is None or claim.allocation is None or key in self._freed:
                 continue
             if claim.reserved_for and all(u in self._lifted for u in claim.reserved_for):
-                self._unallocate(claim.allocation)
+                self._unallocate(key, claim.allocation)
                 self._freed.add(key)
         self.generation += 1
 
@@ -571,16 +732,15 @@ class ClaimCatalog:
 
     def _hold(self, claim: Claim) -> None:
         assert claim.allocation is not None
-        held = self._allocated.setdefault(claim.allocation.node, {})
         for d in claim.allocation.devices:
-            if d not in held:
+            if d not in self._held_by:
                 self._held_total += 1
-            held[d] = claim.key
-        self._changed(claim.allocation.node)
+            self._held_by[d] = claim.key
+        self._touch(claim.allocation)
 
     def holder(self, node: str, device: DeviceId) -> str:
         """The claim whose written allocation holds the device, '' when none does."""
-        return self._allocated.get(node, {}).get(device, "")
+        return self._held_by.get(device, "")
 
     def tentative(self, key: str) -> ClaimAllocation | None:
         return self._tentative.get(key)

@@ -13,6 +13,12 @@ What a claim asks, as kube-scheduler v1.36's structured allocator reads it:
   (all of the claim's when it names none) has the same value of that attribute;
 - a claim already allocated holds its devices: they are used, by whoever asked.
 
+Devices are local to one node (``node``), or reach several (``node`` empty, ``reach`` a node
+selector term, or every node): a network-attached device, a fabric or a rack-level device that
+a claim shared by a whole gang can use from every member's node. A device of a partitionable
+pool consumes counters (``consumes``) from the pool's counter sets: devices that overlap (a
+whole GPU and its MIG slices) share them, so allocating one leaves too little for the other.
+
 The allocator that satisfies the claims of a whole gang at once is in core/claimalloc.py.
 """
 
@@ -22,10 +28,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gangsched.core.match import term_matches
+from gangsched.core.model import AffinityTerm
+
 __all__ = [
     "AllocationMode",
     "Claim",
     "ClaimAllocation",
+    "ConfigEntry",
     "Device",
     "DeviceClass",
     "DeviceId",
@@ -107,6 +117,11 @@ class Device:
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     capacity: Mapping[str, int] = field(default_factory=dict)
     taints: tuple[DeviceTaint, ...] = ()
+    # where a device not local to one node (``node`` empty) may be used: the nodes a selector
+    # term matches (the slice's or the device's ``nodeSelector``), or every node (None)
+    reach: AffinityTerm | None = None
+    # counters it takes from its pool's counter sets while allocated: (set, counter, amount)
+    consumes: tuple[tuple[str, str, int], ...] = ()
 
     @property
     def driver(self) -> str:
@@ -116,6 +131,12 @@ class Device:
     def tainted(self) -> bool:
         """A taint keeps it from requests that do not tolerate it."""
         return any(t.blocks for t in self.taints)
+
+    def reaches(self, node: str, labels: Mapping[str, str]) -> bool:
+        """Whether a pod on ``node`` (with these labels) can use the device."""
+        if self.node:
+            return self.node == node
+        return self.reach is None or term_matches(self.reach, labels, node)
 
     def usable_by(self, tolerations: tuple[Toleration, ...]) -> bool:
         """Every taint that blocks allocation is tolerated."""
@@ -133,9 +154,22 @@ class Selector:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """Opaque driver configuration (a class's ``spec.config[]`` or a claim's
+    ``spec.devices.config[]``): for ``driver``, with ``parameters`` as written (JSON text, so
+    it stays hashable and immutable); ``requests`` it applies to (every request when empty).
+    The scheduler does not look inside: it copies it into the allocation for the driver."""
+
+    driver: str
+    parameters: str
+    requests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceClass:
     name: str
     selectors: tuple[Selector, ...] = ()
+    config: tuple[ConfigEntry, ...] = ()
     # spec.extendedResourceName: pods asking this extended resource may be served by devices
     # of this class (KEP-5004), which gangsched does not do yet (refused by name)
     extended_resource: str = ""
@@ -185,10 +219,28 @@ class MatchAttribute:
 
 @dataclass(frozen=True, slots=True)
 class ClaimAllocation:
-    """Which devices satisfy which request (``<request>`` or ``<request>/<sub-request>``)."""
+    """Which devices satisfy which request (``<request>`` or ``<request>/<sub-request>``);
+    the node it is for, or (``node`` empty, none of its devices local to one node) the node
+    selector term its devices' reach makes (``reach``; None: every node)."""
 
     node: str
     results: tuple[tuple[str, DeviceId], ...]
+    reach: AffinityTerm | None = None
+
+    def serves(self, node: str, labels: Mapping[str, str]) -> bool:
+        """Whether a pod on ``node`` (with these labels) can use the allocation."""
+        if self.node:
+            return self.node == node
+        return self.reach is None or term_matches(self.reach, labels, node)
+
+    @property
+    def where(self) -> str:
+        """The node, or the nodes, for messages."""
+        if self.node:
+            return f"on node {self.node}"
+        if self.reach is None:
+            return "for every node"
+        return "for the nodes its node selector matches"
 
     @property
     def devices(self) -> tuple[DeviceId, ...]:
@@ -209,6 +261,8 @@ class Claim:
     reserved_for: tuple[str, ...] = ()
     # metadata.deletionTimestamp is set: no pod may start using it.
     deleting: bool = False
+    # spec.devices.config, copied into the allocation (with the classes' config)
+    config: tuple[ConfigEntry, ...] = ()
 
     @property
     def key(self) -> str:

@@ -265,8 +265,15 @@ class Scheduler:
     # ---- events: Dynamic Resource Allocation --------------------------------------------
     # Devices (ResourceSlices), DeviceClasses and ResourceClaims decide where pods with
     # resource claims fit (core/claimstate.py); any change may help a gang that failed.
-    def resource_slice_upsert(self, key: str, devices: Iterable[Device]) -> None:
-        self.cache.resource_claims.upsert_slice(key, devices)
+    def resource_slice_upsert(
+        self,
+        key: str,
+        devices: Iterable[Device],
+        counters: tuple[tuple[str, str, str, str, int], ...] = (),
+    ) -> None:
+        """A slice's devices, or a partitionable pool's counter sets (driver, pool, set,
+        counter, total)."""
+        self.cache.resource_claims.upsert_slice(key, devices, counters)
         self.queue.wake(Wake.CLUSTER)
 
     def resource_slice_delete(self, key: str) -> None:
@@ -275,6 +282,10 @@ class Scheduler:
     def device_class_upsert(self, device_class: DeviceClass) -> None:
         self.cache.resource_claims.upsert_class(device_class)
         self.queue.wake(Wake.CLUSTER)
+
+    def device_class(self, name: str) -> DeviceClass | None:
+        """The DeviceClass as last watched (the claim writer copies its configuration)."""
+        return self.cache.resource_claims.classes.get(name)
 
     def device_class_delete(self, name: str) -> None:
         self.cache.resource_claims.remove_class(name)

@@ -174,11 +174,9 @@ def test_device_class() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        (
-            "spec.config",
-            [{"opaque": {"driver": NV, "parameters": {}}}],
-            "spec.config: not supported yet",
-        ),
+        ("spec.config", [{"opaque": {"driver": NV}}], "spec.config[0].opaque.parameters"),
+        ("spec.config", [{"requests": []}], "spec.config[0].opaque: expected an object"),
+        ("spec.config", [{"opaque": {"parameters": {}}}], "spec.config[0].opaque.driver"),
         (
             "spec.selectors[0].cel.expression",
             "lowerAscii(device.driver) == 'x'",
@@ -234,11 +232,17 @@ def test_the_class_selects_the_slices_devices() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "message"),
     [
-        ("spec.nodeName", ..., "spec.nodeName: expected a non-empty string"),
-        ("spec.allNodes", True, "spec.allNodes: not supported yet"),
-        ("spec.nodeSelector", {"nodeSelectorTerms": []}, "spec.nodeSelector: not supported yet"),
-        ("spec.sharedCounters", [{"name": "c"}], "spec.sharedCounters: not supported yet"),
-        ("spec.perDeviceNodeSelection", True, "spec.perDeviceNodeSelection: not supported"),
+        ("spec.nodeName", ..., "spec: one of nodeName, nodeSelector, allNodes, perDeviceNode"),
+        ("spec.nodeName", 7, "spec.nodeName: expected a non-empty string"),
+        ("spec.allNodes", True, "spec: only one of nodeName, allNodes may be set"),
+        ("spec.allNodes", "yes", "spec: only one of nodeName, allNodes may be set"),
+        ("spec.nodeSelector", {"nodeSelectorTerms": []}, "only one of nodeName, nodeSelector"),
+        (
+            "spec.sharedCounters",
+            [{"name": "c", "counters": {"memory": {"value": "40Gi"}}}],
+            "spec: only one of devices and sharedCounters may be set",
+        ),
+        ("spec.perDeviceNodeSelection", True, "spec: only one of nodeName, nodeSelector"),
         ("spec.driver", "", "spec.driver: expected a non-empty string"),
         ("spec.pool.name", None, "spec.pool.name: expected a non-empty string"),
         ("spec.pool.generation", -1, "spec.pool.generation: must be >= 0"),
@@ -249,9 +253,15 @@ def test_the_class_selects_the_slices_devices() -> None:
         ),
         (
             "spec.devices[0].consumesCounters",
-            [{"counterSet": "s"}],
-            "spec.devices[0].consumesCounters: not supported yet",
+            [{"counters": {"memory": {"value": "1Gi"}}}],
+            "spec.devices[0].consumesCounters[0].counterSet: expected a non-empty string",
         ),
+        (
+            "spec.devices[0].consumesCounters",
+            [{"counterSet": "s", "counters": {"memory": {"value": "-1"}}}],
+            "consumesCounters[0].counters['memory'].value: must not be negative",
+        ),
+        ("spec.devices[0].nodeName", "node-b", "nodeName: only with spec.perDeviceNodeSelection"),
         (
             "spec.devices[0].allowMultipleAllocations",
             True,
@@ -364,8 +374,13 @@ R1 = "spec.devices.requests[1]"
     [
         (
             "spec.devices.config",
-            [{"opaque": {"driver": NV, "parameters": {}}}],
-            "spec.devices.config: not supported yet",
+            [{"requests": ["nope"], "opaque": {"driver": NV, "parameters": {}}}],
+            "spec.devices.config[0].requests[0]: no request 'nope'",
+        ),
+        (
+            "spec.devices.config",
+            [{"opaque": {"driver": NV, "parameters": "sharing"}}],
+            "spec.devices.config[0].opaque.parameters: expected an object",
         ),
         (
             f"{R0}.exactly.tolerations",
@@ -411,11 +426,10 @@ R1 = "spec.devices.requests[1]"
         (f"{R1}.name", "gpus", "'gpus' is used twice"),
         ("spec.devices.constraints[0].requests", ["gpu"], "no request 'gpu'"),
         ("spec.devices.constraints[0].matchAttribute", "pcieRoot", "expected <domain>/<name>"),
-        ("status.allocation.nodeSelector", ..., "an allocation for every node: not supported yet"),
         (
-            "status.allocation.nodeSelector.nodeSelectorTerms[0].matchFields[0].values",
-            ["node-a", "node-b"],
-            "a selector other than one node: not supported yet",
+            "status.allocation.nodeSelector.nodeSelectorTerms",
+            [{"matchFields": []}, {"matchFields": []}],
+            "nodeSelectorTerms: 2 terms: not supported yet",
         ),
         (
             "status.allocation.devices.results[0].device",
@@ -496,3 +510,95 @@ def test_device_taints_and_request_tolerations_are_read() -> None:
     assert exact.tolerations == (Toleration("maintenance", "Exists", "", "NoSchedule"),)
     assert s.devices[0].usable_by(exact.tolerations)
     assert not s.devices[0].usable_by((Toleration("maintenance", "Equal", "later"),))
+
+
+# ---- where devices reach, counters, config ------------------------------------------------
+def _without_node(path: str, value: object) -> dict[str, Any]:
+    return patched(patched(SLICE, "spec.nodeName", ...), path, value)
+
+
+def test_a_slice_for_every_node_or_a_node_selector() -> None:
+    from gangsched.core.model import AffinityTerm, Requirement
+
+    every = resource_slice_from(_without_node("spec.allNodes", True))
+    assert isinstance(every, ResourceSlice)
+    assert every.node == "" and all(d.node == "" and d.reach is None for d in every.devices)
+    assert every.devices[0].reaches("node-z", {})
+    rack = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    racked = resource_slice_from(_without_node("spec.nodeSelector", rack))
+    assert isinstance(racked, ResourceSlice)
+    term = AffinityTerm((Requirement("rack", "In", ("r1",)),))
+    assert all(d.node == "" and d.reach == term for d in racked.devices)
+    assert racked.devices[0].reaches("node-z", {"rack": "r1"})
+    assert not racked.devices[0].reaches("node-z", {"rack": "r2"})
+    two = {"nodeSelectorTerms": [rack["nodeSelectorTerms"][0]] * 2}
+    assert "expected exactly one term, got 2" in error(
+        resource_slice_from(_without_node("spec.nodeSelector", two))
+    )
+
+
+def test_per_device_node_selection() -> None:
+    obj = _without_node("spec.perDeviceNodeSelection", True)
+    assert "one of nodeName, nodeSelector, allNodes must be set" in error(resource_slice_from(obj))
+    obj = patched(obj, "spec.devices[0].nodeName", "node-b")
+    obj = patched(obj, "spec.devices[1].allNodes", True)
+    s = resource_slice_from(obj)
+    assert isinstance(s, ResourceSlice)
+    assert (s.devices[0].node, s.devices[1].node, s.devices[1].reach) == ("node-b", "", None)
+
+
+def test_counter_sets_and_what_devices_consume() -> None:
+    counters = resource_slice_from(
+        patched(
+            patched(SLICE, "spec.devices", []),
+            "spec.sharedCounters",
+            [{"name": "gpu-0", "counters": {"memory": {"value": "40Gi"}, "sm": {"value": 98}}}],
+        )
+    )
+    assert isinstance(counters, ResourceSlice)
+    assert counters.devices == ()
+    assert counters.counters == (("gpu-0", "memory", 40 * GI * 1000), ("gpu-0", "sm", 98_000))
+    consumes = [{"counterSet": "gpu-0", "counters": {"memory": {"value": "5Gi"}}}]
+    s = resource_slice_from(patched(SLICE, "spec.devices[0].consumesCounters", consumes))
+    assert isinstance(s, ResourceSlice)
+    assert s.devices[0].consumes == (("gpu-0", "memory", 5 * GI * 1000),)
+    assert s.devices[1].consumes == ()
+
+
+def test_class_and_claim_config_are_kept_as_written() -> None:
+    from gangsched.core.resourceclaims import ConfigEntry
+
+    sharing = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig"}
+    dc = device_class_from(
+        patched(DEVICE_CLASS, "spec.config", [{"opaque": {"driver": NV, "parameters": sharing}}])
+    )
+    assert isinstance(dc, DeviceClass)
+    assert dc.config == (
+        ConfigEntry(NV, '{"apiVersion":"resource.nvidia.com/v1beta1","kind":"GpuConfig"}'),
+    )
+    config = [{"requests": ["gpus"], "opaque": {"driver": NV, "parameters": {"a": [1]}}}]
+    c = resource_claim_from(patched(CLAIM, "spec.devices.config", config))
+    assert isinstance(c, Claim)
+    assert c.config == (ConfigEntry(NV, '{"a":[1]}', ("gpus",)),)
+
+
+def test_an_allocation_for_every_node_or_a_selector() -> None:
+    from gangsched.core.model import AffinityTerm, Requirement
+
+    c = resource_claim_from(patched(CLAIM, "status.allocation.nodeSelector", ...))
+    assert isinstance(c, Claim) and c.allocation is not None
+    assert (c.allocation.node, c.allocation.reach) == ("", None)
+    assert c.allocation.serves("any-node", {})
+    rack = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
+    c = resource_claim_from(patched(CLAIM, "status.allocation.nodeSelector", rack))
+    assert isinstance(c, Claim) and c.allocation is not None
+    assert c.allocation.reach == AffinityTerm((Requirement("rack", "In", ("r1",)),))
+    assert c.allocation.serves("n", {"rack": "r1"}) and not c.allocation.serves("n", {})

@@ -235,7 +235,7 @@ def test_a_gang_short_of_devices_says_how_many_of_which_class_before_any_search(
 def test_an_extended_resource_served_only_through_dra_is_refused_naming_the_class() -> None:
     """KEP-5004: kube-scheduler would allocate a claim for it; gangsched says it does not."""
     h = cluster(("n1", devices("n1", 2)))
-    h.s.device_class_upsert(DeviceClass("gpu.example.com", (), "nvidia.com/gpu"))
+    h.s.device_class_upsert(DeviceClass("gpu.example.com", extended_resource="nvidia.com/gpu"))
     h.add(pod("lone", gpus=1))
     h.gang("ml/g", 2)
     h.add(*members("ml/g", 2, gpus=1))
@@ -305,3 +305,157 @@ def test_preemption_counts_the_devices_a_victims_claims_give_back() -> None:
     # the what-if left nothing behind: the low gang's devices are held again
     catalog = h.s.cache.resource_claims
     assert catalog.free_of_class("gpu.example.com") == 0
+
+
+# ---- devices that reach many nodes; partitionable devices --------------------------------
+FABRIC = DeviceClass(
+    "fabric.example.com",
+    (Selector("driver", lambda d: d.driver == "fabric.example.com"),),
+)
+GPU = DeviceClass("gpu.example.com", (Selector("driver", lambda d: d.driver == "gpu.example.com"),))
+
+
+def test_a_claim_shared_by_the_gang_holds_one_device_and_keeps_every_member_where_it_reaches() -> (
+    None
+):
+    """A rack-level device (a slice with a node selector) in one claim every member uses: the
+    claim is allocated once, for the nodes its device reaches, and the gang goes there,
+    although the emptier node elsewhere would take it whole."""
+    from gangsched.core.model import AffinityTerm, Requirement
+
+    h = Harness(
+        None,
+        make_node("n1").cpu("64").memory("256Gi").label("rack", "r1").node(),
+        make_node("n2").cpu("64").memory("256Gi").label("rack", "r1").node(),
+        make_node("n3").cpu("64").memory("256Gi").label("rack", "r2").node(),
+    )
+    h.s.device_class_upsert(GPU)
+    h.s.device_class_upsert(FABRIC)
+    for name, n in (("n1", 2), ("n2", 2), ("n3", 4)):
+        h.s.resource_slice_upsert(f"{name}-gpus", devices(name, n))
+    rack = AffinityTerm((Requirement("rack", "In", ("r1",)),))
+    fabric = Device(DeviceId(FABRIC.name, "r1", "fabric-0"), "", {}, reach=rack)
+    h.s.resource_slice_upsert("r1-fabric", [fabric])
+    h.s.resource_claim_upsert(
+        Claim("ml", "domain", "uid-domain", (DeviceRequest("ch", ExactRequest(FABRIC.name)),))
+    )
+    h.gang("ml/train", 4)
+    for i in range(4):
+        h.s.resource_claim_upsert(gpu_claim(f"c{i}"))
+    h.add(
+        *(
+            replace(p, resource_claims=(f"ml/c{i}", "ml/domain"))
+            for i, p in enumerate(members("ml/train", 4, gpus=0))
+        )
+    )
+    [b] = binds(h.run(confirm=False))
+    assert {x.node for x in b.bindings} == {"n1", "n2"}
+    [domain] = [w for w in b.claims if w.claim == "ml/domain"]
+    assert domain.allocation == ClaimAllocation("", (("ch", fabric.id),), rack)
+    assert len(domain.pods) == 4
+
+
+def test_a_device_for_every_node_serves_one_claim_at_a_time() -> None:
+    h = cluster(("n1", devices("n1", 1)), ("n2", devices("n2", 1)))
+    h.s.device_class_upsert(GPU)
+    h.s.device_class_upsert(FABRIC)
+    shared = Device(DeviceId(FABRIC.name, "net", "switch-0"), "")
+    h.s.resource_slice_upsert("net", [shared])
+    fabric = DeviceRequest("net", ExactRequest(FABRIC.name))
+    for g in ("a", "b"):
+        h.gang(f"ml/{g}", 1)
+        h.s.resource_claim_upsert(Claim("ml", f"net-{g}", f"uid-net-{g}", (fabric,)))
+        [p] = members(f"ml/{g}", 1, gpus=0)
+        h.add(replace(p, resource_claims=(f"ml/net-{g}",)))
+    out = h.run(confirm=False)
+    [b] = binds(out)
+    assert [w.allocation for w in b.claims] == [ClaimAllocation("", (("net", shared.id),))]
+    [u] = [d for d in out if isinstance(d, GangUnschedulable)]
+    assert u.gang != b.gang
+
+
+def _partitioned(node: str) -> list[Device]:
+    """One GPU of 40 GiB as a whole device and as two 20 GiB slices, as a partitionable pool
+    publishes it: every device consumes from the GPU's counter set."""
+    gib = 2**30 * 1000
+
+    def dev(name: str, kind: str, mem: int) -> Device:
+        return Device(
+            DeviceId("gpu.example.com", node, name),
+            node,
+            {"kind": kind},
+            consumes=(("gpu-0", "memory", mem * gib),),
+        )
+
+    return [dev("gpu-0", "whole", 40), dev("gpu-0-mig-0", "mig", 20), dev("gpu-0-mig-1", "mig", 20)]
+
+
+def _counters(node: str) -> tuple[tuple[str, str, str, str, int], ...]:
+    return (("gpu.example.com", node, "gpu-0", "memory", 40 * 2**30 * 1000),)
+
+
+def kind_is(kind: str) -> Selector:
+    return Selector(f"kind == {kind!r}", lambda d: d.attributes.get("kind") == kind)
+
+
+def test_partitions_of_one_gpu_share_its_counters() -> None:
+    """Two slices of a GPU fit together; the whole GPU and a slice do not, although three
+    devices are free: the gang of a whole-GPU member and a slice member waits, a gang of two
+    slices binds."""
+    h = cluster(("n1", []))
+    h.s.resource_slice_upsert("n1-gpus", _partitioned("n1"))
+    h.s.resource_slice_upsert("n1-counters", [], _counters("n1"))
+    h.gang("ml/mixed", 2)
+    h.s.resource_claim_upsert(gpu_claim("whole", kind_is("whole")))
+    h.s.resource_claim_upsert(gpu_claim("slice", kind_is("mig")))
+    a, b = members("ml/mixed", 2, gpus=0)
+    h.add(replace(a, resource_claims=("ml/whole",)), replace(b, resource_claims=("ml/slice",)))
+    out = h.run(confirm=False)
+    assert not binds(out)
+    h.gang("ml/slices", 2)
+    for i in range(2):
+        h.s.resource_claim_upsert(gpu_claim(f"s{i}", kind_is("mig")))
+    c, d = members("ml/slices", 2, gpus=0)
+    h.add(replace(c, resource_claims=("ml/s0",)), replace(d, resource_claims=("ml/s1",)))
+    [bound] = binds(h.run(confirm=False))
+    assert bound.gang == "ml/slices"
+    assert sorted(w.allocation.devices[0].name for w in bound.claims) == [
+        "gpu-0-mig-0",
+        "gpu-0-mig-1",
+    ]
+
+
+def test_a_written_whole_gpu_leaves_no_counters_for_its_slices() -> None:
+    h = cluster(("n1", []))
+    h.s.resource_slice_upsert("n1-gpus", _partitioned("n1"))
+    h.s.resource_slice_upsert("n1-counters", [], _counters("n1"))
+    whole = DeviceId("gpu.example.com", "n1", "gpu-0")
+    h.s.resource_claim_upsert(
+        replace(
+            gpu_claim("theirs", kind_is("whole")),
+            allocation=ClaimAllocation("n1", (("gpu", whole),)),
+            reserved_for=("someone",),
+        )
+    )
+    h.gang("ml/one", 1)
+    h.s.resource_claim_upsert(gpu_claim("slice", kind_is("mig")))
+    [p] = members("ml/one", 1, gpus=0)
+    h.add(replace(p, resource_claims=("ml/slice",)))
+    assert not binds(h.run(confirm=False))
+    h.s.resource_claim_delete("ml/theirs")  # deallocated: the counters are back
+    h.advance(10)  # (after the backoff)
+    [b] = binds(h.run(confirm=False))
+    assert b.claims[0].allocation.devices[0].name.startswith("gpu-0-mig-")
+
+
+def test_without_its_counter_sets_a_partitionable_device_is_not_used() -> None:
+    h = cluster(("n1", []))
+    h.s.resource_slice_upsert("n1-gpus", _partitioned("n1"))
+    h.gang("ml/one", 1)
+    h.s.resource_claim_upsert(gpu_claim("slice", kind_is("mig")))
+    [p] = members("ml/one", 1, gpus=0)
+    h.add(replace(p, resource_claims=("ml/slice",)))
+    assert not binds(h.run(confirm=False))
+    h.s.resource_slice_upsert("n1-counters", [], _counters("n1"))
+    h.advance(10)  # (after the backoff)
+    assert binds(h.run(confirm=False))

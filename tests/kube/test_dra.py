@@ -51,9 +51,9 @@ def test_only_the_newest_generation_of_a_pool_counts() -> None:
 def test_an_unreadable_slice_adds_no_devices_and_is_remembered_with_the_field() -> None:
     core, dra = rig()
     dra._slice_upsert(_slice("a", "n1", 1, 2))
-    dra._slice_upsert(_slice("a", "n1", 1, 2, allNodes=True))
+    dra._slice_upsert(_slice("a", "n1", 1, 2, perDeviceNodeSelection=True))
     assert names(core, "n1") == []
-    assert "spec.allNodes" in dra.refused["ResourceSlice/a"]
+    assert "perDeviceNodeSelection" in dra.refused["ResourceSlice/a"]
     dra._slice_upsert(_slice("a", "n1", 1, 1))
     assert names(core, "n1") == ["gpu-0"] and dra.refused == {}
 
@@ -62,11 +62,16 @@ def test_unreadable_claims_and_classes_are_refused_by_name_in_the_core() -> None
     core, dra = rig()
     claim = {
         "metadata": {"name": "c", "namespace": "ml", "uid": "u"},
-        "spec": {"devices": {"requests": [{"name": "gpu"}], "config": [{}]}},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}],
+                "config": [{}],
+            }
+        },
     }
     dra._claim_upsert(claim)
     catalog = core.cache.resource_claims
-    assert "spec.devices.config" in catalog.refused_claims["ml/c"]
+    assert "spec.devices.config[0].opaque" in catalog.refused_claims["ml/c"]
     assert dra.claims["ml/c"] is claim  # kept as seen, for the writer
     dra._claim_delete("ml/c")
     assert catalog.refused_claims == {} and dra.claims == {}

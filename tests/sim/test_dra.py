@@ -39,8 +39,10 @@ def test_allocating_pod_by_pod_would_leave_the_pair_waiting(
     """The same workload with the claims of the pods on a node allocated one by one (as
     kube-scheduler does, never revisiting an earlier pod's devices): the pair never starts."""
 
-    def one_by_one(claims: Any, devices: Any, classes: Any, used: Any, node: str) -> Any:
-        return allocate_one_by_one(claims, devices, classes, used, node)
+    def one_by_one(
+        claims: Any, devices: Any, classes: Any, used: Any, node: str, counters: Any = None
+    ) -> Any:
+        return allocate_one_by_one(claims, devices, classes, used, node, counters=counters)
 
     monkeypatch.setattr(claimstate, "allocate", one_by_one)
     s = _run()

@@ -12,7 +12,9 @@ For each claim, as kube-scheduler v1.36's DynamicResources plugin writes it:
    allocated;
 3. then its status (at the resourceVersion just returned): ``status.allocation`` (the devices,
    each as ``request``/``driver``/``pool``/``device``, ``adminAccess`` where the request asks
-   it, a node selector naming the node by ``metadata.name``, and ``allocationTimestamp``) and
+   it; the classes' and the claim's ``config`` for the requests allocated; a node selector
+   naming the node by ``metadata.name``, or the devices' node selector term, or none for
+   devices that reach every node; and ``allocationTimestamp``) and
    the gang's pods that use it added to ``status.reservedFor`` (``resource: pods``, name,
    uid). kube-scheduler v1.36 sets ``allocationTimestamp`` on a claim it adds a consumer to
    when the allocation has none, which the API server refuses (the allocation is immutable):
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,13 +49,14 @@ import structlog
 
 from gangsched.api.dra import resource_claim_from
 from gangsched.core.decisions import ClaimWrite
-from gangsched.core.resourceclaims import Claim, ClaimAllocation, DeviceId
+from gangsched.core.model import AffinityTerm, Requirement
+from gangsched.core.resourceclaims import Claim, ClaimAllocation, DeviceClass, DeviceId
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON, ApiError, FenceCheck
 from gangsched.kube.io.times import rfc3339
 from gangsched.kube.write import failpoints
 
-__all__ = ["FINALIZER", "ClaimWriter", "Written", "allocation_json"]
+__all__ = ["FINALIZER", "ClaimWriter", "Written", "allocation_config", "allocation_json"]
 
 log = structlog.get_logger("gangsched.claims")
 
@@ -108,13 +112,85 @@ def _tolerations(obj: Mapping[str, Any]) -> dict[str, list[Any]]:
     return out
 
 
+def allocation_config(
+    claim: Claim,
+    allocation: ClaimAllocation,
+    class_of: Callable[[str], DeviceClass | None],
+) -> list[JSON]:
+    """``status.allocation.devices.config`` as kube-scheduler v1.36's allocator makes it: for
+    each request in order, the configuration of the class of what it was allocated as (a
+    class's entries once, naming every request of that class), then the claim's entries
+    (once for every request, or allocated sub-request, each names)."""
+    out: list[JSON] = []
+    allocated: dict[str, str] = {}  # request -> <request> or <request>/<sub-request>
+    for path, _ in allocation.results:
+        allocated.setdefault(path.split("/", 1)[0], path)
+    of_class: dict[str, tuple[int, int]] = {}
+    for request in claim.requests:
+        chosen = allocated.get(request.name)
+        exact = dict(request.options()).get(chosen) if chosen is not None else None
+        cls = class_of(exact.device_class) if exact is not None else None
+        if chosen is None or cls is None:
+            continue
+        path = chosen
+        if cls.name in of_class:
+            start, end = of_class[cls.name]
+            for added in out[start:end]:
+                added["requests"].append(path)
+            continue
+        start = len(out)
+        for c in cls.config:
+            out.append(
+                {
+                    "source": "FromClass",
+                    "requests": [path],
+                    "opaque": {"driver": c.driver, "parameters": json.loads(c.parameters)},
+                }
+            )
+        of_class[cls.name] = (start, len(out))
+    for c in claim.config:
+        entry: JSON = {
+            "source": "FromClaim",
+            "opaque": {"driver": c.driver, "parameters": json.loads(c.parameters)},
+        }
+        if not c.requests:
+            out.append(entry)
+            continue
+        entry["requests"] = list(c.requests)
+        for request in claim.requests:
+            path = allocated.get(request.name, "")
+            if request.name in c.requests or (request.first_available and path in c.requests):
+                out.append(copy.deepcopy(entry))
+    return out
+
+
+def _requirements(reqs: tuple[Requirement, ...]) -> list[JSON]:
+    out: list[JSON] = []
+    for r in reqs:
+        j: JSON = {"key": r.key, "operator": r.operator}
+        if r.values:
+            j["values"] = list(r.values)
+        out.append(j)
+    return out
+
+
+def _term_json(term: AffinityTerm) -> JSON:
+    out: JSON = {}
+    if term.match_expressions:
+        out["matchExpressions"] = _requirements(term.match_expressions)
+    if term.match_fields:
+        out["matchFields"] = _requirements(term.match_fields)
+    return out
+
+
 def allocation_json(
     allocation: ClaimAllocation,
     admin: Collection[str] = (),
     tolerations: Mapping[str, list[Any]] | None = None,
+    config: list[JSON] | None = None,
 ) -> JSON:
     """``status.allocation`` as kube-scheduler writes it: each result with its request's
-    ``adminAccess`` and ``tolerations``."""
+    ``adminAccess`` and ``tolerations``; the configuration; where it may be used."""
     results: list[dict[str, Any]] = []
     for request, device in allocation.results:
         r: dict[str, Any] = {
@@ -128,9 +204,12 @@ def allocation_json(
         if tolerations and request in tolerations:
             r["tolerations"] = tolerations[request]
         results.append(r)
-    return {
-        "devices": {"results": results},
-        "nodeSelector": {
+    devices: JSON = {"results": results}
+    if config:
+        devices["config"] = config
+    out: JSON = {"devices": devices}
+    if allocation.node:
+        out["nodeSelector"] = {
             "nodeSelectorTerms": [
                 {
                     "matchFields": [
@@ -138,12 +217,14 @@ def allocation_json(
                     ]
                 }
             ]
-        },
-    }
+        }
+    elif allocation.reach is not None:
+        out["nodeSelector"] = {"nodeSelectorTerms": [_term_json(allocation.reach)]}
+    return out
 
 
 def _same(a: ClaimAllocation, b: ClaimAllocation) -> bool:
-    return a.node == b.node and sorted(a.results) == sorted(b.results)
+    return a.node == b.node and a.reach == b.reach and sorted(a.results) == sorted(b.results)
 
 
 class _WriteError(Exception):
@@ -158,8 +239,11 @@ class ClaimWriter:
         *,
         fence: FenceCheck | None = None,
         held_by: Callable[[str, DeviceId], str] | None = None,
+        device_class: Callable[[str], DeviceClass | None] | None = None,
     ) -> None:
         self._client = client
+        # the device classes as watched: their configuration goes into the allocation
+        self._class_of: Callable[[str], DeviceClass | None] = device_class or (lambda _: None)
         # which claim the watch last saw holding a device on a node ('' for none): checked
         # again just before a write, so a device another scheduler took since the decision
         # was made is not given out twice
@@ -225,14 +309,14 @@ class ClaimWriter:
         allocate = read.allocation is None
         if read.allocation is not None and not _same(read.allocation, w.allocation):
             raise _WriteError(
-                f"resource claim {w.claim} was allocated on node {read.allocation.node} meanwhile"
+                f"resource claim {w.claim} was allocated {read.allocation.where} meanwhile"
             )
         if allocate and self._held_by is not None:
             for device in w.allocation.devices:
                 holder = self._held_by(w.allocation.node, device)
                 if holder and holder != w.claim:
                     raise _WriteError(
-                        f"device {device} on node {w.allocation.node} was allocated to "
+                        f"device {device} {w.allocation.where} was allocated to "
                         f"resource claim {holder} meanwhile"
                     )
         path = _path(w.claim)
@@ -251,7 +335,12 @@ class ClaimWriter:
         reserved += [{"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in added]
         if allocate:
             status["allocation"] = {
-                **allocation_json(w.allocation, _admin_requests(obj), _tolerations(obj)),
+                **allocation_json(
+                    w.allocation,
+                    _admin_requests(obj),
+                    _tolerations(obj),
+                    allocation_config(read, w.allocation, self._class_of),
+                ),
                 # as kube-scheduler v1.36 writes it (DRADeviceBindingConditions, on by
                 # default): without it, kube-scheduler cannot add a consumer to this claim
                 "allocationTimestamp": rfc3339(time.time()),

@@ -166,3 +166,73 @@ async def test_a_deleted_or_recreated_claim_fails_naming_it() -> None:
     rig.failures.clear()
     await rig.binder.bind_gang(_gang(2, _write(1, 1)))
     assert "resource claim ml/c1 was recreated" in rig.failures["u0"]
+
+
+def test_the_configuration_is_copied_as_kube_scheduler_copies_it() -> None:
+    """Class entries once per class, naming every request allocated from it (the chosen
+    sub-request for firstAvailable); then the claim's entries, once per request each names."""
+    from gangsched.api.dra import resource_claim_from
+    from gangsched.core.resourceclaims import Claim, ConfigEntry, DeviceClass
+    from gangsched.kube.write.claims import allocation_config
+
+    obj = {
+        "metadata": {"name": "c", "namespace": "ml", "uid": "u"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "a", "exactly": {"deviceClassName": "gpu"}},
+                    {
+                        "name": "b",
+                        "firstAvailable": [
+                            {"name": "big", "deviceClassName": "big"},
+                            {"name": "small", "deviceClassName": "gpu"},
+                        ],
+                    },
+                ],
+                "config": [
+                    {"opaque": {"driver": DRIVER, "parameters": {"all": True}}},
+                    {
+                        "requests": ["a", "b/small"],
+                        "opaque": {"driver": DRIVER, "parameters": {"some": 1}},
+                    },
+                ],
+            }
+        },
+    }
+    claim = resource_claim_from(obj)
+    assert isinstance(claim, Claim)
+    classes = {
+        "gpu": DeviceClass("gpu", config=(ConfigEntry(DRIVER, '{"sharing":"TimeSlicing"}'),)),
+        "big": DeviceClass("big"),
+    }
+    alloc = ClaimAllocation(
+        "n1", (("a", DeviceId(DRIVER, "n1", "g0")), ("b/small", DeviceId(DRIVER, "n1", "g1")))
+    )
+    config = allocation_config(claim, alloc, classes.get)
+    opaque = {"driver": DRIVER, "parameters": {"some": 1}}
+    assert config == [
+        {
+            "source": "FromClass",
+            "requests": ["a", "b/small"],
+            "opaque": {"driver": DRIVER, "parameters": {"sharing": "TimeSlicing"}},
+        },
+        {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"all": True}}},
+        {"source": "FromClaim", "requests": ["a", "b/small"], "opaque": opaque},
+        {"source": "FromClaim", "requests": ["a", "b/small"], "opaque": opaque},
+    ]
+    assert allocation_json(alloc, config=config)["devices"]["config"] == config
+
+
+def test_an_allocation_not_for_one_node_carries_its_reach() -> None:
+    from gangsched.core.model import AffinityTerm, Requirement
+
+    results = (("fabric", DeviceId(DRIVER, "rack-1", "fabric-0")),)
+    everywhere = allocation_json(ClaimAllocation("", results))
+    assert "nodeSelector" not in everywhere
+    rack = AffinityTerm((Requirement("rack", "In", ("r1",)),))
+    racked = allocation_json(ClaimAllocation("", results, rack))
+    assert racked["nodeSelector"] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
+        ]
+    }
