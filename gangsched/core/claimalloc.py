@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from gangsched.core.match import term_matches
 from gangsched.core.model import AffinityTerm, Requirement
 from gangsched.core.resourceclaims import (
     AllocationMode,
@@ -44,7 +45,15 @@ from gangsched.core.resourceclaims import (
     MatchAttribute,
 )
 
-__all__ = ["SEARCH_BOUND", "Allocated", "Unallocatable", "allocate", "allocate_one_by_one"]
+__all__ = [
+    "SEARCH_BOUND",
+    "Allocated",
+    "Unallocatable",
+    "allocate",
+    "allocate_one_by_one",
+    "reaches",
+    "serves",
+]
 
 SEARCH_BOUND = 100_000
 
@@ -63,6 +72,20 @@ class Unallocatable:
 
     message: str
     bound_reached: bool = False
+
+
+def reaches(device: Device, node: str, labels: Mapping[str, str]) -> bool:
+    """Whether a pod on ``node`` (with these labels) can use the device."""
+    if device.node:
+        return device.node == node
+    return device.reach is None or term_matches(device.reach, labels, node)
+
+
+def serves(allocation: ClaimAllocation, node: str, labels: Mapping[str, str]) -> bool:
+    """Whether a pod on ``node`` (with these labels) can use the allocation."""
+    if allocation.node:
+        return allocation.node == node
+    return allocation.reach is None or term_matches(allocation.reach, labels, node)
 
 
 # (driver, pool, counter set, counter) -> what is left of it

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from gangsched.core.claimalloc import Allocated, Counters, allocate
+from gangsched.core.claimalloc import Allocated, Counters, allocate, reaches, serves
 from gangsched.core.decisions import ClaimWrite
 from gangsched.core.model import Pod
 from gangsched.core.resourceclaims import (
@@ -526,7 +526,7 @@ class ClaimCatalog:
                 return f"resource claim {key} does not exist yet"
             where = claim.allocation or self._tentative.get(key)
             if where is not None:
-                if not where.serves(node, {} if where.node else self._labels(node)):
+                if not serves(where, node, {} if where.node else self._labels(node)):
                     return f"resource claim {key} is allocated {where.where}"
                 continue
             if all(c.key != key for c in pending):
@@ -542,7 +542,7 @@ class ClaimCatalog:
         devices = self.devices(node)
         if self._shared:
             labels = self._labels(node)
-            devices = devices + [d for d in self._shared if d.reaches(node, labels)]
+            devices = devices + [d for d in self._shared if reaches(d, node, labels)]
         held = self._held_by
         used = {d.id for d in devices if d.id in held and held[d.id] not in keys}
         for k in on_node:

@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gangsched.core.match import term_matches
 from gangsched.core.model import AffinityTerm
 
 __all__ = [
@@ -132,12 +131,6 @@ class Device:
         """A taint keeps it from requests that do not tolerate it."""
         return any(t.blocks for t in self.taints)
 
-    def reaches(self, node: str, labels: Mapping[str, str]) -> bool:
-        """Whether a pod on ``node`` (with these labels) can use the device."""
-        if self.node:
-            return self.node == node
-        return self.reach is None or term_matches(self.reach, labels, node)
-
     def usable_by(self, tolerations: tuple[Toleration, ...]) -> bool:
         """Every taint that blocks allocation is tolerated."""
         return all(
@@ -226,12 +219,6 @@ class ClaimAllocation:
     node: str
     results: tuple[tuple[str, DeviceId], ...]
     reach: AffinityTerm | None = None
-
-    def serves(self, node: str, labels: Mapping[str, str]) -> bool:
-        """Whether a pod on ``node`` (with these labels) can use the allocation."""
-        if self.node:
-            return self.node == node
-        return self.reach is None or term_matches(self.reach, labels, node)
 
     @property
     def where(self) -> str:

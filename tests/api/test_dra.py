@@ -15,6 +15,7 @@ from gangsched.api.dra import (
     resource_claim_from,
     resource_slice_from,
 )
+from gangsched.core.claimalloc import reaches, serves
 from gangsched.core.resourceclaims import (
     AllocationMode,
     Claim,
@@ -523,7 +524,7 @@ def test_a_slice_for_every_node_or_a_node_selector() -> None:
     every = resource_slice_from(_without_node("spec.allNodes", True))
     assert isinstance(every, ResourceSlice)
     assert every.node == "" and all(d.node == "" and d.reach is None for d in every.devices)
-    assert every.devices[0].reaches("node-z", {})
+    assert reaches(every.devices[0], "node-z", {})
     rack = {
         "nodeSelectorTerms": [
             {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
@@ -533,8 +534,8 @@ def test_a_slice_for_every_node_or_a_node_selector() -> None:
     assert isinstance(racked, ResourceSlice)
     term = AffinityTerm((Requirement("rack", "In", ("r1",)),))
     assert all(d.node == "" and d.reach == term for d in racked.devices)
-    assert racked.devices[0].reaches("node-z", {"rack": "r1"})
-    assert not racked.devices[0].reaches("node-z", {"rack": "r2"})
+    assert reaches(racked.devices[0], "node-z", {"rack": "r1"})
+    assert not reaches(racked.devices[0], "node-z", {"rack": "r2"})
     two = {"nodeSelectorTerms": [rack["nodeSelectorTerms"][0]] * 2}
     assert "expected exactly one term, got 2" in error(
         resource_slice_from(_without_node("spec.nodeSelector", two))
@@ -592,7 +593,7 @@ def test_an_allocation_for_every_node_or_a_selector() -> None:
     c = resource_claim_from(patched(CLAIM, "status.allocation.nodeSelector", ...))
     assert isinstance(c, Claim) and c.allocation is not None
     assert (c.allocation.node, c.allocation.reach) == ("", None)
-    assert c.allocation.serves("any-node", {})
+    assert serves(c.allocation, "any-node", {})
     rack = {
         "nodeSelectorTerms": [
             {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
@@ -601,4 +602,4 @@ def test_an_allocation_for_every_node_or_a_selector() -> None:
     c = resource_claim_from(patched(CLAIM, "status.allocation.nodeSelector", rack))
     assert isinstance(c, Claim) and c.allocation is not None
     assert c.allocation.reach == AffinityTerm((Requirement("rack", "In", ("r1",)),))
-    assert c.allocation.serves("n", {"rack": "r1"}) and not c.allocation.serves("n", {})
+    assert serves(c.allocation, "n", {"rack": "r1"}) and not serves(c.allocation, "n", {})

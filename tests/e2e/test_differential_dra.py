@@ -147,10 +147,12 @@ def test_the_same_verdicts_as_kube_scheduler_and_valid_allocations(
                     problems = check(copy_, v[1], mine)
                     if problems:
                         invalid.append(f"case {case.id} ({copy_.tag}): {problems}\n  {case}")
+        partitioned = [c for c in cases if any(c.counters)]
         print(
             f"\nDRA differential: {len(cases)} cases, {feasible} feasible for kube-scheduler, "
             f"({errors} of the others a scheduler error there), {len(disagreements)} "
-            f"disagreements, {len(invalid)} invalid allocations"
+            f"disagreements, {len(invalid)} invalid allocations; {len(partitioned)} cases "
+            "with a partitionable pool (counter sets)"
         )
         assert not disagreements, "\n".join(disagreements)
         assert not invalid, "\n".join(invalid)

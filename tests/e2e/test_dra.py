@@ -490,7 +490,10 @@ def test_the_integration_example_places_the_gang_in_one_clique(
 ) -> None:
     """docs/integrations/dra.md's manifest, as written (in this test's namespace), on KWOK
     nodes whose H100s a fake ``gpu.nvidia.com`` driver publishes: clique A has 4 nodes of 8
-    (32 GPUs, what the gang needs), clique B 2 nodes of 8 H100s and a node of A100s."""
+    (32 GPUs, what the gang needs), clique B 2 nodes of 8 H100s and a node of A100s. A fake
+    fabric driver publishes one NVLink domain device per clique, in a slice whose node
+    selector is the clique label: the gang's shared claim is allocated once, for clique A's
+    nodes, and reserved for all 8 members."""
     cp = claims_controller
     text = (REPO / "docs" / "integrations" / "dra.md").read_text()
     manifest = text.split("```yaml\n", 1)[1].split("```", 1)[0]
@@ -529,6 +532,33 @@ def test_the_integration_example_places_the_gang_in_one_clique(
                 },
             )
             made.append(("resourceslice", f"{name}-{nv}"))
+        fabric = "nvlink-domain.example.com"
+        for clique in ("a", "b"):
+            slice_name = f"{ns}-clique-{clique}-{fabric}"
+            term = {
+                "matchExpressions": [
+                    {"key": "nvidia.com/gpu.clique", "operator": "In", "values": [f"{ns}-{clique}"]}
+                ]
+            }
+            create(
+                cp,
+                {
+                    "apiVersion": RESOURCE,
+                    "kind": "ResourceSlice",
+                    "metadata": {"name": slice_name},
+                    "spec": {
+                        "driver": fabric,
+                        "pool": {
+                            "name": f"{ns}-clique-{clique}",
+                            "generation": 1,
+                            "resourceSliceCount": 1,
+                        },
+                        "nodeSelector": {"nodeSelectorTerms": [term]},
+                        "devices": [{"name": "domain"}],
+                    },
+                },
+            )
+            made.append(("resourceslice", slice_name))
         for obj in objs:
             if obj["kind"] == "DeviceClass":
                 made.append(("deviceclass", obj["metadata"]["name"]))
@@ -543,6 +573,18 @@ def test_the_integration_example_places_the_gang_in_one_clique(
         placed = bound(cp, ns)
         assert {n.split("-c")[-1][0] for n in placed.values()} == {"a"}, placed
         assert sorted(Counter(placed.values()).values()) == [2, 2, 2, 2]
+        domain = claims(cp, ns)["train-domain"]
+        assert devices_of(domain) == [(fabric, f"{ns}-clique-a", "domain")]
+        alloc = domain["status"]["allocation"]
+        assert alloc["nodeSelector"]["nodeSelectorTerms"] == [
+            {
+                "matchExpressions": [
+                    {"key": "nvidia.com/gpu.clique", "operator": "In", "values": [f"{ns}-a"]}
+                ]
+            }
+        ]
+        reserved = {r["name"] for r in domain["status"]["reservedFor"]}
+        assert reserved == set(placed), (reserved, placed)
     finally:
         cp.kubectl("delete", "job", "train", "-n", ns, "--wait=false", check=False)
         for kind in ("resourceslice", "deviceclass", "node"):

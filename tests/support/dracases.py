@@ -88,6 +88,9 @@ class Case:
     held: list[tuple[int, int]]  # (node, device) held by another claim
     shared: list[int]  # devices of node 0 of a claim allocated already, used by the pod
     claims: list[ClaimCase] = field(default_factory=list)
+    # per node: 0, or (a partitionable pool, DRAPartitionableDevices, on in v1.36) the GiB of
+    # memory its counter set has, which every device consumes its own memory from
+    counters: list[int] = field(default_factory=list)
 
 
 def _sel(rng: random.Random) -> Sel:
@@ -140,7 +143,10 @@ def make_case(rng: random.Random, i: int) -> Case:
             else:
                 requests.append(Request(f"r{r}", exactly=_want(rng)))
         claims.append(ClaimCase(f"c{c}", tuple(requests), match_numa=rng.random() < 0.3))
-    return Case(i, nodes, class_sels, held, shared, claims)
+    # drawn from their own stream: the cases above stay what they were
+    extra = random.Random(i * 7919 + 13)
+    counters = [extra.choice((0, 0, 80, 120, 160)) for _ in nodes]
+    return Case(i, nodes, class_sels, held, shared, claims, counters)
 
 
 # ---- rendering -------------------------------------------------------------------------------
@@ -196,6 +202,24 @@ class Copy:
     def slices(self) -> list[dict[str, Any]]:
         out = []
         for i, devs in enumerate(self.case.nodes):
+            total = self.case.counters[i] if self.case.counters else 0
+            pool = {"name": self.node(i), "generation": 1, "resourceSliceCount": 2 if total else 1}
+            if total:
+                out.append(
+                    {
+                        "apiVersion": RESOURCE,
+                        "kind": "ResourceSlice",
+                        "metadata": {"name": f"{self.node(i)}-{self.driver}-counters"},
+                        "spec": {
+                            "driver": self.driver,
+                            "nodeName": self.node(i),
+                            "pool": pool,
+                            "sharedCounters": [
+                                {"name": "mem", "counters": {"memory": {"value": f"{total}Gi"}}}
+                            ],
+                        },
+                    }
+                )
             out.append(
                 {
                     "apiVersion": RESOURCE,
@@ -204,7 +228,7 @@ class Copy:
                     "spec": {
                         "driver": self.driver,
                         "nodeName": self.node(i),
-                        "pool": {"name": self.node(i), "generation": 1, "resourceSliceCount": 1},
+                        "pool": pool,
                         "devices": [
                             {
                                 "name": f"d{d['index']}",
@@ -217,6 +241,20 @@ class Copy:
                                 **(
                                     {"taints": [{"key": "maint", "effect": d["taint"]}]}
                                     if d["taint"]
+                                    else {}
+                                ),
+                                **(
+                                    {
+                                        "consumesCounters": [
+                                            {
+                                                "counterSet": "mem",
+                                                "counters": {
+                                                    "memory": {"value": f"{d['memory']}Gi"}
+                                                },
+                                            }
+                                        ]
+                                    }
+                                    if total
                                     else {}
                                 ),
                             }
@@ -371,4 +409,20 @@ def check(copy: Copy, node: str, claims: dict[str, dict[str, Any]]) -> list[str]
             problems.append(f"claim {c.name}: numa differs across {chosen}")
     if case.shared and ni != 0:
         problems.append("the pod shares a claim allocated on node 0 but runs elsewhere")
+    total = case.counters[ni] if case.counters else 0
+    if total:
+        # every device allocated from the node's pool consumes its memory from the counter set
+        mine = {copy.claim(c.name) for c in case.claims}
+        held = used = 0
+        for name, c in claims.items():
+            alloc = (c.get("status") or {}).get("allocation")
+            for r in (alloc or {}).get("devices", {}).get("results", []):
+                if r["pool"] == node and r["device"] in devices:
+                    memory = int(devices[r["device"]]["memory"])
+                    if name in mine:
+                        used += memory
+                    else:
+                        held += memory
+        if used and held + used > total:
+            problems.append(f"counters: {held} GiB held + {used} GiB chosen > {total} GiB")
     return problems
