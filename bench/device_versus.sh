@@ -25,12 +25,12 @@
 # writes to $OUT (the device tool's output folder; else $DEVBENCH_OUT, default
 # /tmp/devbench-out): log.txt (everything printed), versus.json (one record a run), env.txt
 # (nproc, Python, commit) and scheduler-logs.tar.xz. It runs the fill workload at 5,000 nodes
-# (40,000 pods), kube-scheduler then gangsched, one repetition, each run given up after 330 s and
+# (40,000 pods), kube-scheduler then gangsched, one repetition, each run given up after 300 s and
 # its writes waited for at most 10 s, which fits one device command (600 s at most); arguments
 # after `run` go to versus.py after these, so they override them:
 #
 #   bench/versus.py --workload fill --nodes 5000 --schedulers kube-scheduler,gangsched --reps 1
-#       --timeout 330 --settle 10
+#       --timeout 300 --settle 10
 #
 # With the device tool, after `bench/device_versus.sh pack` here (test it here first with
 # `OUT=/tmp/o PATH=<a python3.12>/bin:$PATH bench/device_versus.sh run --nodes 100`):
@@ -46,7 +46,7 @@ CP_FILES=(kube-apiserver kube-scheduler kubectl etcd kwok kwok-stages.yaml)
 # The CEL library's command-line tool brings these; the device image has them already.
 SKIP_WHEELS='^(typer|rich|pygments|markdown-it-py|mdurl|shellingham)=='
 DEFAULT_ARGS=(--workload fill --nodes 5000 --schedulers kube-scheduler,gangsched --reps 1
-  --timeout 330 --settle 10)
+  --timeout 300 --settle 10)
 
 log() { printf '[device_versus] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -172,9 +172,7 @@ case "${1:-}" in
   run)
     shift
     mkdir -p "$OUT_DIR"
-    rc=0
-    run "$@" 2>&1 | tee -a "$OUT_DIR/log.txt" || rc=$?
-    exit "$rc"
+    run "$@" 2>&1 | tee -a "$OUT_DIR/log.txt"  # pipefail: run's status
     ;;
   *) die "usage: $0 pack [COMMIT] | run [VERSUS ARGS...]" ;;
 esac

@@ -486,7 +486,10 @@ def test_with_kube_scheduler_on_the_same_devices_no_device_is_allocated_twice(
 
 
 def test_the_integration_example_places_the_gang_in_one_clique(
-    claims_controller: ControlPlane, running_scheduler: SchedulerProcess, ns: str
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    watches: Callable[[str], Watch],
 ) -> None:
     """docs/integrations/dra.md's manifest, as written (in this test's namespace), on KWOK
     nodes whose H100s a fake ``gpu.nvidia.com`` driver publishes: clique A has 4 nodes of 8
@@ -504,6 +507,7 @@ def test_the_integration_example_places_the_gang_in_one_clique(
     layout = [("a", "NVIDIA H100 80GB HBM3")] * 4 + [("b", "NVIDIA H100 80GB HBM3")] * 2
     layout.append(("b", "NVIDIA A100-SXM4-80GB"))
     made: list[tuple[str, str]] = []
+    claim_watch = watches("resourceclaims")
     try:
         for i, (clique, product) in enumerate(layout):
             name = f"{ns}-c{clique}{i}"
@@ -573,17 +577,28 @@ def test_the_integration_example_places_the_gang_in_one_clique(
         placed = bound(cp, ns)
         assert {n.split("-c")[-1][0] for n in placed.values()} == {"a"}, placed
         assert sorted(Counter(placed.values()).values()) == [2, 2, 2, 2]
-        domain = claims(cp, ns)["train-domain"]
-        assert devices_of(domain) == [(fabric, f"{ns}-clique-a", "domain")]
-        alloc = domain["status"]["allocation"]
-        assert alloc["nodeSelector"]["nodeSelectorTerms"] == [
+
+        # read on the watch: KWOK ends the pods soon, and the resourceclaim controller then
+        # takes them off the shared claim and deallocates it
+        def domain_versions() -> list[dict[str, Any]]:
+            return [
+                c
+                for c in claim_watch.objects()
+                if c["metadata"]["name"] == "train-domain" and devices_of(c)
+            ]
+
+        wait_for("the watch to show the shared claim allocated", lambda: bool(domain_versions()))
+        first = domain_versions()[0]
+        assert devices_of(first) == [(fabric, f"{ns}-clique-a", "domain")]
+        assert first["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"] == [
             {
                 "matchExpressions": [
                     {"key": "nvidia.com/gpu.clique", "operator": "In", "values": [f"{ns}-a"]}
                 ]
             }
         ]
-        reserved = {r["name"] for r in domain["status"]["reservedFor"]}
+        # allocated and reserved for all 8 in its first write
+        reserved = {r["name"] for r in first["status"]["reservedFor"]}
         assert reserved == set(placed), (reserved, placed)
     finally:
         cp.kubectl("delete", "job", "train", "-n", ns, "--wait=false", check=False)
