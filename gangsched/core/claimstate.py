@@ -172,7 +172,7 @@ class ClaimCatalog:
         }
         for d in (*self._pool_consumers.get(pool, ()), *consumers):
             if d.node:
-                self._changed(d.node)
+                self._changed(d.node, False)
         if consumers:
             self._pool_consumers[pool] = consumers
         else:
@@ -281,22 +281,26 @@ class ClaimCatalog:
             if self._held_by.get(d) == key:
                 del self._held_by[d]
                 self._held_total -= 1
-        self._touch(allocation)
+        self._touch(allocation, held=True)
 
-    def _touch(self, allocation: ClaimAllocation) -> None:
-        """Whatever the allocation's devices bear on changed."""
+    def _touch(self, allocation: ClaimAllocation, held: bool = False) -> None:
+        """Whatever the allocation's devices bear on changed (``held``: who holds them, written,
+        so the device index counts again)."""
+        if allocation.node and not self._shared_ids and not self._pool_consumers:
+            self._changed(allocation.node, held)  # (a node's own devices only)
+            return
         nodes = {self._device_node.get(d, allocation.node) for d in allocation.devices}
         nodes.add(allocation.node)
         for node in nodes:
             if node:
-                self._changed(node)
+                self._changed(node, held)
         if "" in nodes or any(d in self._shared_ids for d in allocation.devices):
             self._shared_changed()
         if self._pool_consumers:  # the counters of a pool bear on every device in it
             for pool in {(d.driver, d.pool) for d in allocation.devices}:
                 for n in {d.node for d in self._pool_consumers.get(pool, ())} - nodes:
                     if n:
-                        self._changed(n)
+                        self._changed(n, False)
 
     def _drop_tentative(self, key: str) -> None:
         alloc = self._tentative.pop(key, None)
@@ -328,11 +332,15 @@ class ClaimCatalog:
             ]
         self._changed(node)
 
-    def _changed(self, node: str) -> None:
+    def _changed(self, node: str, recount: bool = True) -> None:
+        """Something on the node changed; ``recount``: its devices or what written
+        allocations hold there, which the device index counts."""
         self._node_gen[node] = self._node_gen.get(node, 0) + 1
         self.generation += 1
         if len(self._fits) > 100_000:
             self._fits.clear()
+        if not recount:
+            return
         # the device index: nodes by how many of their devices no written allocation holds
         free = sum(1 for d in self._by_node.get(node, ()) if d.id not in self._held_by)
         was = self._node_free.get(node)
@@ -736,7 +744,7 @@ class ClaimCatalog:
             if d not in self._held_by:
                 self._held_total += 1
             self._held_by[d] = claim.key
-        self._touch(claim.allocation)
+        self._touch(claim.allocation, held=True)
 
     def holder(self, node: str, device: DeviceId) -> str:
         """The claim whose written allocation holds the device, '' when none does."""
