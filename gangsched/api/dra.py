@@ -122,6 +122,19 @@ def _name(obj: object) -> str:
     return name
 
 
+def _request_names(c: Obj, field: str, requests: set[str]) -> tuple[str, ...]:
+    """``requests``: names of the claim's requests (``<request>`` or
+    ``<request>/<sub-request>``), each naming one that exists."""
+    names = tuple(
+        nonempty_str(x, f"{field}.requests[{i}]")
+        for i, x in enumerate(as_list(c.get("requests"), f"{field}.requests"))
+    )
+    for i, n in enumerate(names):
+        if n.split("/", 1)[0] not in requests:
+            raise SpecError(f"{field}.requests[{i}]: no request {as_written(n)}")
+    return names
+
+
 def _config(v: object, field: str, requests: set[str] | None) -> tuple[ConfigEntry, ...]:
     """``config[]``: opaque driver parameters, kept as written for the allocation. With
     ``requests`` (a claim's), each entry's ``requests`` must name one (``<request>`` or
@@ -130,15 +143,7 @@ def _config(v: object, field: str, requests: set[str] | None) -> tuple[ConfigEnt
     for i, raw in enumerate(as_list(v, field)):
         f = f"{field}[{i}]"
         c = as_map(raw, f)
-        names: tuple[str, ...] = ()
-        if requests is not None:
-            names = tuple(
-                nonempty_str(x, f"{f}.requests[{j}]")
-                for j, x in enumerate(as_list(c.get("requests"), f"{f}.requests"))
-            )
-            for j, n in enumerate(names):
-                if n.split("/", 1)[0] not in requests:
-                    raise SpecError(f"{f}.requests[{j}]: no request {as_written(n)}")
+        names = () if requests is None else _request_names(c, f, requests)
         if c.get("opaque") is None:
             raise SpecError(f"{f}.opaque: expected an object (the only kind of configuration)")
         opaque = as_map(c.get("opaque"), f"{f}.opaque")
@@ -512,14 +517,7 @@ def _constraint(v: object, field: str, requests: set[str]) -> MatchAttribute:
         raise SpecError(
             f"{field}.matchAttribute: expected <domain>/<name>, got {as_written(attribute)}"
         )
-    names = tuple(
-        nonempty_str(x, f"{field}.requests[{i}]")
-        for i, x in enumerate(as_list(c.get("requests"), f"{field}.requests"))
-    )
-    for i, n in enumerate(names):
-        if n.split("/", 1)[0] not in requests:
-            raise SpecError(f"{field}.requests[{i}]: no request {as_written(n)}")
-    return MatchAttribute(attribute, names)
+    return MatchAttribute(attribute, _request_names(c, field, requests))
 
 
 def _node_of(selector: object, field: str) -> tuple[str, AffinityTerm | None]:
