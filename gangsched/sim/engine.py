@@ -209,7 +209,8 @@ class Simulation:
         for dc in self._device_classes:
             self.scheduler.device_class_upsert(dc)
         for sl in self._slices:
-            self.scheduler.resource_slice_upsert(sl.name, sl.devices)
+            counters = tuple((sl.driver, sl.pool, *c) for c in sl.counters)
+            self.scheduler.resource_slice_upsert(sl.name, sl.devices, counters)
         for j in self.jobs:
             self._push(j.arrival, ARRIVE, j.key)
             for p in j.pods:
