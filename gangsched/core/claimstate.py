@@ -362,11 +362,16 @@ class ClaimCatalog:
         written allocation holds; the emptiest first with ``emptiest_first``): the node of a
         claim allocated already, or the nodes with at least as many such devices as the
         claims ask. None when counting cannot narrow it (every node is a candidate)."""
+        reached = False  # a claim allocated for many nodes: counting cannot narrow it
         for key in pod.resource_claims:
             claim = self.claims.get(key)
             where = None if claim is None else claim.allocation or self._tentative.get(key)
             if where is not None:
-                return [where.node] if where.node else None
+                if where.node:
+                    return [where.node]
+                reached = True
+        if reached:
+            return None
         asked = self._asked(pod)
         if asked is None:
             return None

@@ -459,3 +459,16 @@ def test_without_its_counter_sets_a_partitionable_device_is_not_used() -> None:
     h.s.resource_slice_upsert("n1-counters", [], _counters("n1"))
     h.advance(10)  # (after the backoff)
     assert binds(h.run(confirm=False))
+
+
+def test_a_claim_for_many_nodes_leaves_the_node_of_another_claim_the_only_candidate() -> None:
+    from gangsched.core.claimstate import ClaimCatalog
+
+    catalog = ClaimCatalog()
+    shared = ClaimAllocation("", (("net", DeviceId(FABRIC.name, "net", "switch-0")),))
+    local = ClaimAllocation("n2", (("gpu", DeviceId(GPU.name, "n2", "gpu-0")),))
+    catalog.upsert_claim(replace(gpu_claim("net"), allocation=shared, reserved_for=("u",)))
+    catalog.upsert_claim(replace(gpu_claim("mine"), allocation=local, reserved_for=("u",)))
+    [p] = members("ml/one", 1, gpus=0)
+    assert catalog.candidates(replace(p, resource_claims=("ml/net", "ml/mine"))) == ["n2"]
+    assert catalog.candidates(replace(p, resource_claims=("ml/net",))) is None
