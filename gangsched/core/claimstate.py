@@ -639,7 +639,11 @@ class ClaimCatalog:
                     continue
                 pods = tuple(sorted(self._holders.get(key, ())))
                 out[key] = ClaimWrite(key, claim.uid, alloc, pods)
-                self._committed.add(key)
+                if key not in self._committed:
+                    self._committed.add(key)
+                    # its devices are fixed from now on: what was found to fit there before
+                    # (the fit memo, the counts) no longer holds
+                    self._touch(alloc)
         for key, pods_ in reserve.items():
             claim = self.claims[key]
             assert claim.allocation is not None

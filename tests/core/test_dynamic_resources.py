@@ -472,3 +472,31 @@ def test_a_claim_for_many_nodes_leaves_the_node_of_another_claim_the_only_candid
     [p] = members("ml/one", 1, gpus=0)
     assert catalog.candidates(replace(p, resource_claims=("ml/net", "ml/mine"))) == ["n2"]
     assert catalog.candidates(replace(p, resource_claims=("ml/net",))) is None
+
+
+def test_what_fit_before_a_claim_was_committed_is_asked_again_after() -> None:
+    """A fit found by moving a tentative claim's device is remembered for pods asking the same;
+    once that claim is committed (its binding decided) its device is fixed, so the memo must
+    not answer for it any more (else a pod is assumed whose claims cannot be allocated)."""
+    from gangsched.core.claimstate import ClaimCatalog
+
+    catalog = ClaimCatalog()
+    catalog.upsert_class(CLASS)
+    catalog.upsert_slice(
+        "n1",
+        [
+            Device(DeviceId(CLASS.name, "n1", "d0"), "n1", {"model": "a"}),
+            Device(DeviceId(CLASS.name, "n1", "d1"), "n1", {"model": "b"}),
+        ],
+    )
+    for name, sel in (("any", ()), ("a1", (model_is("a"),)), ("a2", (model_is("a"),))):
+        catalog.upsert_claim(gpu_claim(name, *sel))
+    p0, p1, p2 = members("ml/g", 3, gpus=0)
+    p0 = replace(p0, resource_claims=("ml/any",))
+    assert catalog.assume(p0, "n1")
+    assert catalog.tentative("ml/any") is not None
+    assert catalog.fits(replace(p1, resource_claims=("ml/a1",)), "n1") == ""  # (moves any)
+    [write] = catalog.prebind([p0.uid])
+    assert write.allocation.devices[0].name == "d0"  # fixed from now on
+    why = catalog.fits(replace(p2, resource_claims=("ml/a2",)), "n1")
+    assert "needs 1 device(s) of class gpu.example.com, 0 available on node n1" in why
