@@ -95,6 +95,8 @@ class ClaimCatalog:
         # (node, class) -> (node generation, devices of the class free of written
         # allocations, and of tentative ones too)
         self._free_cache: dict[tuple[str, str], tuple[int, int, int, int]] = {}
+        # the last answer of _asked, with its first class and count (what packing scores)
+        self._first_asked: tuple[object, str, int] = (None, "", 0)
         self._asked_last: (
             tuple[str, int, tuple[dict[str, int], dict[str, str], bool] | None] | None
         ) = None
@@ -411,11 +413,12 @@ class ClaimCatalog:
             return None
         want, first, sure = asked
         gen = self._node_gen.get(node, 0)
+        cache = self._free_cache
         for cls, n in want.items():
-            if cls not in self.classes:
-                return None
-            counted = self._free_cache.get((node, cls))
+            counted = cache.get((node, cls))
             if counted is None or counted[0] != gen:
+                if cls not in self.classes:
+                    return None
                 counted = self._counted(node, cls)
             _, unwritten, untouched, _ = counted
             if unwritten < n:
@@ -502,7 +505,10 @@ class ClaimCatalog:
         asked = self._asked(pod)
         if asked is None or not asked[0]:
             return 0.0
-        cls, n = next(iter(asked[0].items()))
+        first = self._first_asked
+        if first[0] is not asked:
+            first = self._first_asked = (asked, *next(iter(asked[0].items())))
+        _, cls, n = first
         counted = self._free_cache.get((node, cls))
         if counted is None or counted[0] != self._node_gen.get(node, 0):
             if cls not in self.classes:
