@@ -626,6 +626,24 @@ class ClaimCatalog:
                 self._committed.discard(key)
         self.generation += 1
 
+    def unserved(self, placed: Iterable[tuple[Pod, str]]) -> str:
+        """'' when every claim of every pod placed (pod, node) has an allocation, written or
+        chosen, that serves it there; else which does not: a pod must never bind with a claim
+        no device was allocated for (the filter and the reservation disagreeing is a defect,
+        and this is its guard)."""
+        for pod, node in placed:
+            for key in pod.resource_claims:
+                claim = self.claims.get(key)
+                alloc = self._tentative.get(key) or (claim.allocation if claim else None)
+                if alloc is None or not serves(
+                    alloc, node, {} if alloc.node else self._labels(node)
+                ):
+                    return (
+                        f"resource claim {key} of pod {pod.namespace}/{pod.name} has no "
+                        f"allocation that serves node {node}; the gang was not bound"
+                    )
+        return ""
+
     def prebind(self, uids: Iterable[str]) -> tuple[ClaimWrite, ...]:
         """The allocations a binding of these pods must write first, one per claim; from now
         on they are not moved."""

@@ -500,3 +500,36 @@ def test_what_fit_before_a_claim_was_committed_is_asked_again_after() -> None:
     assert write.allocation.devices[0].name == "d0"  # fixed from now on
     why = catalog.fits(replace(p2, resource_claims=("ml/a2",)), "n1")
     assert "needs 1 device(s) of class gpu.example.com, 0 available on node n1" in why
+
+
+def test_a_member_whose_claim_got_no_allocation_keeps_the_gang_from_binding(
+    monkeypatch: Any,
+) -> None:
+    """The guard: should the reservation ever fail to allocate what the filter found to fit (a
+    defect), the gang is not bound with a claim no device serves; it is released and retried."""
+    from gangsched.core.claimstate import ClaimCatalog
+
+    h = cluster(("n1", devices("n1", 2)))
+    h.gang("ml/pair", 2)
+    for i in range(2):
+        h.s.resource_claim_upsert(gpu_claim(f"c{i}"))
+    h.add(
+        *(
+            replace(p, resource_claims=(f"ml/c{i}",))
+            for i, p in enumerate(members("ml/pair", 2, gpus=0))
+        )
+    )
+    real = ClaimCatalog.assume
+
+    def broken(self: ClaimCatalog, pod: Any, node: str) -> bool:
+        return False if pod.resource_claims == ("ml/c1",) else real(self, pod, node)
+
+    monkeypatch.setattr(ClaimCatalog, "assume", broken)
+    out = h.run(confirm=False)
+    assert not binds(out)
+    [u] = [d for d in out if isinstance(d, GangUnschedulable)]
+    assert "resource claim ml/c1 of pod" in u.message and "was not bound" in u.message
+    assert not h.s.cache.assumed
+    monkeypatch.setattr(ClaimCatalog, "assume", real)
+    h.advance(60)
+    assert binds(h.run(confirm=False))

@@ -98,11 +98,27 @@ class Permit:
         siblings = gang.spec.gang_group if gang.spec else ()
         return all(book.satisfied(s) for s in siblings if s != gang.key)
 
-    def bind(self, gang: Gang, placements: dict[str, str], where: str = "") -> BindGang:
-        """Bind the gang whole: what it holds at Permit and ``placements``."""
-        self._reservations.unreserve(gang.key)  # it starts: the reservation has done its work
+    def bind(
+        self, gang: Gang, placements: dict[str, str], where: str = ""
+    ) -> BindGang | GangUnschedulable:
+        """Bind the gang whole: what it holds at Permit and ``placements``. A member whose
+        resource claims have no allocation serving its node (a defect: the filter said they
+        fit) keeps the whole gang from binding: it is released and tried again."""
         reserved = dict(self._permit.release(gang.key))
         reserved.update(placements)
+        pods_ = self._cache.pods
+        unserved = self._cache.resource_claims.unserved(
+            (pods_[uid], node)
+            for uid, node in sorted(reserved.items())
+            if uid in pods_ and pods_[uid].resource_claims
+        )
+        if unserved:
+            for uid in reserved:
+                self._cache.forget(uid)
+            self._book.fail(gang, "Unschedulable", unserved, Wake.CLUSTER)
+            refs = tuple(pod_ref(pods_[u]) for u in sorted(reserved) if u in pods_)
+            return GangUnschedulable(gang.key, refs, "Unschedulable", unserved)
+        self._reservations.unreserve(gang.key)  # it starts: the reservation has done its work
         if where:
             gang.placed_in = where  # the topology domain, for the PodGroup's status
         gang.reason = "Binding"
