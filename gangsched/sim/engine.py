@@ -195,6 +195,12 @@ class Simulation:
         self._slices = tuple(slices)
         self._claims: dict[str, Claim] = {}
         self._allocated: dict[DeviceId, str] = {}
+        # partitionable pools: each device, and the counter sets' totals by pool, so that
+        # counters consumed beyond a set mark the node as over-committed too
+        self._device_by_id = {d.id: d for sl in self._slices for d in sl.devices}
+        self._counter_totals: dict[tuple[str, str, str, str], int] = {
+            (sl.driver, sl.pool, cs, c): n for sl in self._slices for cs, c, n in sl.counters
+        }
         self.claims_allocated = 0
         self.member_losses = 0
         self.pods_restarted = 0
@@ -543,6 +549,15 @@ class Simulation:
             if holder is not None and holder != w.claim:
                 self.overcommitted.add(w.allocation.node)
             self._allocated[dev] = w.claim
+        if self._counter_totals:
+            consumed: dict[tuple[str, str, str, str], int] = {}
+            for dev, _ in self._allocated.items():
+                d = self._device_by_id.get(dev)
+                for cs, c, n in d.consumes if d is not None else ():
+                    k = (dev.driver, dev.pool, cs, c)
+                    consumed[k] = consumed.get(k, 0) + n
+            if any(n > self._counter_totals.get(k, 0) for k, n in consumed.items()):
+                self.overcommitted.add(w.allocation.node or w.claim)
         claim = replace(self._claims[w.claim], allocation=w.allocation, reserved_for=w.pods)
         self._claims[w.claim] = claim
         self.claims_allocated += 1

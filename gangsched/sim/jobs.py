@@ -109,12 +109,29 @@ def build_devices(w: Workload) -> tuple[list[DeviceClass], list[ResourceSlice]]:
         if isinstance(nd, TraceNodes) or not nd.devices:
             continue
         for node in _expand_node(nd):
+            for k, cs in enumerate(nd.counter_sets):
+                spec = {
+                    "driver": cs.driver,
+                    "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                    "nodeName": node.name,
+                    "sharedCounters": [{"name": cs.name, "counters": cs.counters}],
+                }
+                obj = {"metadata": {"name": f"{node.name}-{cs.driver}-counters-{k}"}, "spec": spec}
+                got = resource_slice_from(obj)
+                if isinstance(got, DraError):
+                    raise WorkloadError(f"nodes.{i}.counterSets.{k}: {got.reason}")
+                slices.append(got)
             for k, dd in enumerate(nd.devices):
                 devices = [
                     {
                         "name": f"{dd.prefix}-{j}",
                         "attributes": dd.attributes,
                         "capacity": dd.capacity,
+                        **(
+                            {"consumesCounters": dd.consumes_counters}
+                            if dd.consumes_counters
+                            else {}
+                        ),
                     }
                     for j in range(dd.count)
                 ]
@@ -129,6 +146,26 @@ def build_devices(w: Workload) -> tuple[list[DeviceClass], list[ResourceSlice]]:
                 if isinstance(got, DraError):
                     raise WorkloadError(f"nodes.{i}.devices.{k}: {got.reason}")
                 slices.append(got)
+    for i, sd in enumerate(w.shared_devices):
+        reach: dict[str, Any] = {"allNodes": True}
+        if sd.node_labels:
+            exprs = [
+                {"key": k, "operator": "In", "values": [v]}
+                for k, v in sorted(sd.node_labels.items())
+            ]
+            reach = {"nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": exprs}]}}
+        spec = {
+            "driver": sd.driver,
+            "pool": {"name": sd.pool, "generation": 1, "resourceSliceCount": 1},
+            **reach,
+            "devices": [
+                {"name": f"{sd.prefix}-{j}", "attributes": sd.attributes} for j in range(sd.count)
+            ],
+        }
+        got = resource_slice_from({"metadata": {"name": f"{sd.pool}-{sd.driver}"}, "spec": spec})
+        if isinstance(got, DraError):
+            raise WorkloadError(f"sharedDevices.{i}: {got.reason}")
+        slices.append(got)
     return classes, slices
 
 

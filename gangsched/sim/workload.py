@@ -99,6 +99,32 @@ class DevicesDef(_Strict):
     prefix: str = "gpu"
     attributes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     capacity: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # what each device takes from the node's counter sets while allocated (a partitionable
+    # pool), as a ResourceSlice writes it: [{counterSet: ..., counters: {name: {value: ...}}}]
+    consumes_counters: list[dict[str, Any]] = Field(default_factory=list, alias="consumesCounters")
+
+
+class CounterSetDef(_Strict):
+    """A counter set of a driver's pool on each node of the entry (``sharedCounters``, in a
+    slice of its own): ``counters`` as a ResourceSlice writes them (``{memory: {value:
+    80Gi}}``)."""
+
+    driver: str
+    name: str
+    counters: dict[str, dict[str, Any]]
+
+
+class SharedDevicesDef(_Strict):
+    """Devices for many nodes (a slice with a node selector, or for every node): ``count``
+    devices ``<prefix>-<i>`` that every node whose labels include ``nodeLabels`` reaches
+    (every node when it is empty)."""
+
+    driver: str
+    pool: str
+    count: int = Field(1, ge=1, le=1024)
+    prefix: str = "device"
+    node_labels: dict[str, str] = Field(default_factory=dict, alias="nodeLabels")
+    attributes: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class NodeDef(Resources):
@@ -110,6 +136,7 @@ class NodeDef(Resources):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[dict[str, str]] = Field(default_factory=list)
     devices: list[DevicesDef] = Field(default_factory=list)  # DRA devices, per node
+    counter_sets: list[CounterSetDef] = Field(default_factory=list, alias="counterSets")
 
     def allocatable(self) -> dict[str, int]:
         out = self.as_requests()
@@ -347,6 +374,7 @@ class Workload(_Strict):
     # DeviceClasses as written (``{name: ..., selectors: [CEL expression, ...]}``), for the
     # pods' resource claims.
     device_classes: list[dict[str, Any]] = Field(default_factory=list, alias="deviceClasses")
+    shared_devices: list[SharedDevicesDef] = Field(default_factory=list, alias="sharedDevices")
     settings: dict[str, Any] = Field(default_factory=dict)
     # How long an evicted (preempted) pod takes to go once its deletion is asked for.
     termination_grace_period_seconds: float = Field(

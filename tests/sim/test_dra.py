@@ -67,3 +67,40 @@ def test_a_claim_template_the_scheduler_would_refuse_is_a_workload_error() -> No
     )
     with pytest.raises(WorkloadError, match=r"gangs\.0\.pods\.0\.resourceClaims\.0: .*config"):
         build_jobs(w, Path("."))
+
+
+MIG = Path(__file__).resolve().parents[2] / "examples" / "dra-mig.yaml"
+
+
+def _run_mig() -> dict[str, Any]:
+    code, text, _ = simulate(str(MIG), as_json=True, plot_path=None, show_all=False, until=None)
+    assert code == 0, text
+    summary: dict[str, Any] = json.loads(text)
+    return summary
+
+
+def test_partitioned_gpus_slices_and_whole_gpus_share_counters() -> None:
+    """examples/dra-mig.yaml: 8 slices packed onto two GPUs leave two whole GPUs for the
+    training gang at once; the gang of 3 whole GPUs waits until the others end; no counter
+    set is ever over-consumed (the simulator checks it on its own)."""
+    s = _run_mig()
+    assert (s["gangs_bound"], s["gangs_total"]) == (3, 3)
+    assert s["partial_gangs"] == 0 and s["overcommitted_nodes"] == 0
+    assert s["longest_waiting_gang"] == "default/too-big"
+    assert s["claims_allocated"] == 13
+
+
+def test_the_simulator_sees_counters_over_consumed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator's own check: with the counters left out of the search (every pool seen
+    as holding more than it has), slices and whole GPUs are given out together, and the
+    over-consumption is reported."""
+    real = claimstate.ClaimCatalog._counters_left
+
+    def roomy(self: Any, devices: Any, keys: Any) -> Any:
+        left = real(self, devices, keys)
+        return None if left is None else dict.fromkeys(left, 10**30)
+
+    monkeypatch.setattr(claimstate.ClaimCatalog, "_counters_left", roomy)
+    code, text, _ = simulate(str(MIG), as_json=True, plot_path=None, show_all=False, until=None)
+    assert code != 0  # an over-committed run fails
+    assert json.loads(text)["overcommitted_nodes"] > 0
