@@ -229,6 +229,7 @@ async def build_app(settings: Settings) -> App:
             fence=fence,
             held_by=core.device_holder,
             device_class=core.device_class,
+            binding_timeout=settings.device_binding_timeout_seconds,
         ),
     )
     metrics = Metrics()

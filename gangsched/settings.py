@@ -226,6 +226,9 @@ class Settings(BaseModel):
     api_burst: int = Field(100, ge=1)
     max_in_flight: int = Field(64, ge=1, le=1024)
     bind_retries: int = Field(3, ge=0, le=20)
+    # how long a gang's pods wait for their devices' binding conditions (DRA) before the
+    # attempt is undone
+    device_binding_timeout_seconds: float = Field(600.0, gt=0, le=86400)
     # High availability
     leader_elect: bool = False
     lease_name: str = Field("gangsched", min_length=1, max_length=253)

@@ -217,9 +217,6 @@ def _capacity(v: object, field: str) -> int:
 
 
 _DEVICE_UNSUPPORTED = (
-    "bindsToNode",
-    "bindingConditions",
-    "bindingFailureConditions",
     "allowMultipleAllocations",
     "basic",
 )
@@ -337,6 +334,17 @@ def _device(
         _taint(t, f"{field}.taints[{i}]")
         for i, t in enumerate(as_list(d.get("taints"), f"{field}.taints"))
     )
+    conditions = _condition_names(d.get("bindingConditions"), f"{field}.bindingConditions")
+    failures = _condition_names(
+        d.get("bindingFailureConditions"), f"{field}.bindingFailureConditions"
+    )
+    if bool(conditions) != bool(failures):
+        raise SpecError(
+            f"{field}: bindingConditions and bindingFailureConditions must be set together"
+        )
+    binds = d.get("bindsToNode")
+    if binds is not None and not isinstance(binds, bool):
+        raise SpecError(f"{field}.bindsToNode: expected a boolean, got {as_written(binds)}")
     return Device(
         DeviceId(driver, pool, name),
         node,
@@ -345,7 +353,18 @@ def _device(
         taints,
         term,
         _consumes(d.get("consumesCounters"), f"{field}.consumesCounters"),
+        conditions,
+        failures,
+        bool(binds),
     )
+
+
+def _condition_names(v: object, field: str) -> tuple[str, ...]:
+    """Condition types (at most 4, as the API allows)."""
+    names = tuple(nonempty_str(x, f"{field}[{i}]") for i, x in enumerate(as_list(v, field)))
+    if len(names) > 4:
+        raise SpecError(f"{field}: at most 4, got {len(names)}")
+    return names
 
 
 _EFFECTS = ("NoSchedule", "NoExecute", "None")
@@ -555,22 +574,25 @@ def _allocation(v: object, field: str) -> ClaimAllocation:
         node, reach = _node_of(a.get("nodeSelector"), f"{field}.nodeSelector")
     devices = as_map(a.get("devices"), f"{field}.devices")
     results: list[tuple[str, DeviceId]] = []
+    conditions: list[tuple[DeviceId, tuple[str, ...], tuple[str, ...]]] = []
     for i, r in enumerate(as_list(devices.get("results"), f"{field}.devices.results")):
         f = f"{field}.devices.results[{i}]"
         if r is None:
             raise SpecError(f"{f}: expected an object, got null")
         res = as_map(r, f)
-        results.append(
-            (
-                nonempty_str(res.get("request"), f"{f}.request"),
-                DeviceId(
-                    nonempty_str(res.get("driver"), f"{f}.driver"),
-                    nonempty_str(res.get("pool"), f"{f}.pool"),
-                    nonempty_str(res.get("device"), f"{f}.device"),
-                ),
-            )
+        device = DeviceId(
+            nonempty_str(res.get("driver"), f"{f}.driver"),
+            nonempty_str(res.get("pool"), f"{f}.pool"),
+            nonempty_str(res.get("device"), f"{f}.device"),
         )
-    return ClaimAllocation(node, tuple(results), reach)
+        results.append((nonempty_str(res.get("request"), f"{f}.request"), device))
+        waits = _condition_names(res.get("bindingConditions"), f"{f}.bindingConditions")
+        if waits:
+            failures = _condition_names(
+                res.get("bindingFailureConditions"), f"{f}.bindingFailureConditions"
+            )
+            conditions.append((device, waits, failures))
+    return ClaimAllocation(node, tuple(results), reach, tuple(conditions))
 
 
 def _reserved_for(v: object, field: str) -> tuple[str, ...]:

@@ -206,8 +206,13 @@ def _allocation(
     node, when a device is local to it; else one term with every requirement of the devices'
     node selectors; else (every device reaches every node) no restriction."""
     chosen = [by_id[d] for _, d in results]
-    if not chosen or any(d.node for d in chosen):
-        return ClaimAllocation(node, results)
+    conditions = tuple(
+        (d.id, d.binding_conditions, d.binding_failure_conditions)
+        for d in chosen
+        if d.binding_conditions
+    )
+    if not chosen or any(d.node or d.binds_to_node for d in chosen):
+        return ClaimAllocation(node, results, None, conditions)
     exprs: list[Requirement] = []
     fields: list[Requirement] = []
     for d in chosen:
@@ -215,8 +220,8 @@ def _allocation(
             exprs.extend(r for r in d.reach.match_expressions if r not in exprs)
             fields.extend(r for r in d.reach.match_fields if r not in fields)
     if not exprs and not fields:
-        return ClaimAllocation("", results)
-    return ClaimAllocation("", results, AffinityTerm(tuple(exprs), tuple(fields)))
+        return ClaimAllocation("", results, None, conditions)
+    return ClaimAllocation("", results, AffinityTerm(tuple(exprs), tuple(fields)), conditions)
 
 
 def allocate_one_by_one(

@@ -660,6 +660,10 @@ class ClaimCatalog:
                 if alloc is None:
                     if claim.allocation is not None and uid not in claim.reserved_for:
                         reserve.setdefault(key, []).append(uid)
+                    elif claim.allocation is not None and claim.allocation.conditions:
+                        # reserved already (a crash after the writes): its devices' binding
+                        # conditions are waited for again all the same
+                        reserve.setdefault(key, [])
                     continue
                 pods = tuple(sorted(self._holders.get(key, ())))
                 out[key] = ClaimWrite(key, claim.uid, alloc, pods)

@@ -121,6 +121,13 @@ class Device:
     reach: AffinityTerm | None = None
     # counters it takes from its pool's counter sets while allocated: (set, counter, amount)
     consumes: tuple[tuple[str, str, int], ...] = ()
+    # binding conditions (DRADeviceBindingConditions): the pod binds only once the driver
+    # reports every ``binding_conditions`` condition True on the allocated device (and none
+    # of ``binding_failure_conditions``); ``binds_to_node``: its allocation is for the one
+    # node the pod goes to, wherever else the device reaches
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    binds_to_node: bool = False
 
     @property
     def driver(self) -> str:
@@ -219,6 +226,11 @@ class ClaimAllocation:
     node: str
     results: tuple[tuple[str, DeviceId], ...]
     reach: AffinityTerm | None = None
+    # the allocated devices that have binding conditions: (device, conditions, failure
+    # conditions), copied into the allocation's results; the pods wait for them to bind
+    conditions: tuple[tuple[DeviceId, tuple[str, ...], tuple[str, ...]], ...] = field(
+        default=(), compare=False
+    )
 
     @property
     def where(self) -> str:

@@ -4,6 +4,7 @@ read, what is refused naming the field, and hostile input, which never raises.""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -603,3 +604,50 @@ def test_an_allocation_for_every_node_or_a_selector() -> None:
     assert isinstance(c, Claim) and c.allocation is not None
     assert c.allocation.reach == AffinityTerm((Requirement("rack", "In", ("r1",)),))
     assert serves(c.allocation, "n", {"rack": "r1"}) and not serves(c.allocation, "n", {})
+
+
+def test_binding_conditions_are_read_on_devices_and_allocations() -> None:
+    from gangsched.core.claimalloc import Allocated, allocate
+    from gangsched.core.resourceclaims import DeviceRequest, ExactRequest
+
+    obj = patched(SLICE, "spec.devices[0].bindingConditions", ["Attached"])
+    assert "must be set together" in error(resource_slice_from(obj))
+    obj = patched(obj, "spec.devices[0].bindingFailureConditions", ["AttachFailed"])
+    obj = patched(obj, "spec.devices[0].bindsToNode", True)
+    s = resource_slice_from(obj)
+    assert isinstance(s, ResourceSlice)
+    d = s.devices[0]
+    assert (d.binding_conditions, d.binding_failure_conditions, d.binds_to_node) == (
+        ("Attached",),
+        ("AttachFailed",),
+        True,
+    )
+    five = ["a", "b", "c", "d", "e"]
+    assert "at most 4" in error(
+        resource_slice_from(patched(obj, "spec.devices[0].bindingConditions", five))
+    )
+    # a device for every node that binds to a node: its allocation is for the pod's node
+    shared = replace(d, node="", reach=None)
+    cls = DeviceClass("any")
+    claim = Claim("ml", "c", "u", (DeviceRequest("r", ExactRequest("any")),))
+    got = allocate([claim], [shared], {"any": cls}, set(), "node-z")
+    assert isinstance(got, Allocated)
+    alloc = got.allocations["ml/c"]
+    assert alloc.node == "node-z"
+    assert alloc.conditions == ((d.id, ("Attached",), ("AttachFailed",)),)
+    # read back from a written allocation
+    results = [
+        {
+            "request": "gpus",
+            "driver": NV,
+            "pool": "node-b",
+            "device": "gpu-0",
+            "bindingConditions": ["Attached"],
+            "bindingFailureConditions": ["AttachFailed"],
+        }
+    ]
+    c = resource_claim_from(patched(CLAIM, "status.allocation.devices.results", results))
+    assert isinstance(c, Claim) and c.allocation is not None
+    assert c.allocation.conditions == (
+        (DeviceId(NV, "node-b", "gpu-0"), ("Attached",), ("AttachFailed",)),
+    )

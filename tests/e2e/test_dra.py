@@ -606,3 +606,115 @@ def test_the_integration_example_places_the_gang_in_one_clique(
             names = [n for k, n in made if k == kind]
             if names:
                 cp.kubectl("delete", kind, *names, "--wait=false", check=False)
+
+
+def test_a_gang_binds_only_once_its_devices_report_their_binding_conditions(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    driver: Driver,
+    nodes: Nodes,
+    watches: Callable[[str], Watch],
+) -> None:
+    """Binding conditions (DRADeviceBindingConditions, on in v1.36): the fake driver publishes
+    two devices that must be attached before use. Both claims of a gang of 2 are allocated
+    with the devices' conditions copied into their results, and no member binds until the
+    driver (the test) reports ``Attached`` on both devices in the claims' status: read on the
+    watch, every binding comes after the second report."""
+    cp = claims_controller
+    sel = nodes(1, gpus=0)
+    [node] = [
+        n["metadata"]["name"]
+        for n in cp.kubectl_json("get", "nodes", "-l", f"e2e-test={ns}")["items"]
+    ]
+    name = f"{node}-{driver.name}"
+    create(
+        cp,
+        {
+            "apiVersion": RESOURCE,
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": driver.name,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": f"gpu-{i}",
+                        "bindingConditions": ["Attached"],
+                        "bindingFailureConditions": ["AttachFailed"],
+                    }
+                    for i in range(2)
+                ],
+            },
+        },
+    )
+    driver.made.append(("resourceslice", name))
+    pod_watch = watches("pods")
+    driver.claim("a")
+    driver.claim("b")
+    create(cp, podgroup("pair", ns, 2))
+    create(cp, claim_pod("p0", ns, "a", sel, group="pair"))
+    create(cp, claim_pod("p1", ns, "b", sel, group="pair"))
+    wait_for(
+        "both claims allocated",
+        lambda: all(devices_of(c) for c in claims(cp, ns).values()) and len(claims(cp, ns)) == 2,
+        timeout=STEP,
+    )
+    for c in claims(cp, ns).values():
+        [result] = c["status"]["allocation"]["devices"]["results"]
+        assert result["bindingConditions"] == ["Attached"]
+        assert result["bindingFailureConditions"] == ["AttachFailed"]
+    time.sleep(3)
+    assert bound(cp, ns) == {}, "a member bound before its devices were attached"
+    reported = 0
+    for claim_name, c in sorted(claims(cp, ns).items()):
+        [(drv, pool, dev)] = devices_of(c)
+        patch = {
+            "status": {
+                "devices": [
+                    {
+                        "driver": drv,
+                        "pool": pool,
+                        "device": dev,
+                        "conditions": [
+                            {
+                                "type": "Attached",
+                                "status": "True",
+                                "reason": "Attached",
+                                "message": "attached by the test's driver",
+                                "lastTransitionTime": "2026-11-27T00:00:00Z",
+                            }
+                        ],
+                    }
+                ]
+            }
+        }
+        out = cp.kubectl(
+            "patch",
+            "resourceclaim",
+            claim_name,
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(patch),
+            "-o",
+            "json",
+        )
+        reported = max(reported, rv(json.loads(out.stdout)))
+        if claim_name == "a":  # one device attached, the other not yet
+            time.sleep(2)
+            assert bound(cp, ns) == {}, "a member bound with one device still detached"
+    wait_for("the gang bound", lambda: len(bound(cp, ns)) == 2, timeout=STEP)
+    wait_for(
+        "the watch to show both bindings",
+        lambda: (
+            len({p["metadata"]["name"] for p in pod_watch.objects() if p["spec"].get("nodeName")})
+            == 2
+        ),
+        timeout=STEP,
+    )
+    first_binding = min(rv(p) for p in pod_watch.objects() if p["spec"].get("nodeName"))
+    assert first_binding > reported

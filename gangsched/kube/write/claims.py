@@ -20,6 +20,14 @@ For each claim, as kube-scheduler v1.36's DynamicResources plugin writes it:
    when the allocation has none, which the API server refuses (the allocation is immutable):
    a claim allocated without it could never be shared with a pod kube-scheduler places.
 
+Binding conditions (``DRADeviceBindingConditions``, on in v1.36): an allocated device with
+``bindingConditions`` carries them (and its ``bindingFailureConditions``) in the allocation's
+results, and no pod of the gang binds until the device's driver reports every one of them
+``True`` in the claim's ``status.devices``, as watched. A failure condition ``True``, or none
+of that within ``deviceBindingTimeoutSeconds`` (600 s, kube-scheduler's default), fails the
+attempt: every write is undone and the claims are deallocated (their devices may be tried
+again, or others), so the whole gang waits, never a part of it.
+
 Every write carries the claim's resourceVersion: a claim that changed since the decision was
 made (409 Conflict) is never written over; the gang's attempt fails and is retried on what the
 watch then says, so nothing binds on a stale allocation. With leader election every write
@@ -56,13 +64,21 @@ from gangsched.kube.io.client import JSON, ApiError, FenceCheck
 from gangsched.kube.io.times import rfc3339
 from gangsched.kube.write import failpoints
 
-__all__ = ["FINALIZER", "ClaimWriter", "Written", "allocation_config", "allocation_json"]
+__all__ = [
+    "FINALIZER",
+    "ClaimWriter",
+    "Written",
+    "allocation_config",
+    "allocation_json",
+    "binding_state",
+]
 
 log = structlog.get_logger("gangsched.claims")
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 API = "/apis/resource.k8s.io/v1"
 UNDO_TRIES = 5
+BINDING_TIMEOUT = 600.0  # seconds, as kube-scheduler's DynamicResources bindingTimeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +208,7 @@ def allocation_json(
     """``status.allocation`` as kube-scheduler writes it: each result with its request's
     ``adminAccess`` and ``tolerations``; the configuration; where it may be used."""
     results: list[dict[str, Any]] = []
+    waits = {d: (c, f) for d, c, f in allocation.conditions}
     for request, device in allocation.results:
         r: dict[str, Any] = {
             "request": request,
@@ -199,6 +216,9 @@ def allocation_json(
             "pool": device.pool,
             "device": device.name,
         }
+        if device in waits:
+            r["bindingConditions"] = list(waits[device][0])
+            r["bindingFailureConditions"] = list(waits[device][1])
         if request.partition("/")[0] in admin:
             r["adminAccess"] = True
         if tolerations and request in tolerations:
@@ -223,6 +243,38 @@ def allocation_json(
     return out
 
 
+def binding_state(obj: Mapping[str, Any] | None, w: ClaimWrite) -> tuple[bool, str]:
+    """Whether the claim's devices with binding conditions are ready (every condition ``True``
+    in ``status.devices``), and why binding failed ('' if it has not): a failure condition
+    ``True``, or the claim gone."""
+    if obj is None:
+        return False, f"resource claim {w.claim} was deleted"
+    status = obj.get("status") or {}
+    entries = status.get("devices") if isinstance(status, Mapping) else None
+    reported: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
+    for e in entries if isinstance(entries, list) else ():
+        if isinstance(e, Mapping):
+            conds = e.get("conditions")
+            reported[(str(e.get("driver")), str(e.get("pool")), str(e.get("device")))] = {
+                str(c.get("type")): c
+                for c in (conds if isinstance(conds, list) else ())
+                if isinstance(c, Mapping)
+            }
+    ready = True
+    for device, waits, failures in w.allocation.conditions:
+        conds = reported.get((device.driver, device.pool, device.name), {})
+        for f in failures:
+            c = conds.get(f)
+            if c is not None and c.get("status") == "True":
+                return False, (
+                    f"resource claim {w.claim}: device {device} reports {f} "
+                    f"({c.get('reason', '')}: {c.get('message', '')})"
+                )
+        if not all((conds.get(t) or {}).get("status") == "True" for t in waits):
+            ready = False
+    return ready, ""
+
+
 def _same(a: ClaimAllocation, b: ClaimAllocation) -> bool:
     return a.node == b.node and a.reach == b.reach and sorted(a.results) == sorted(b.results)
 
@@ -240,7 +292,11 @@ class ClaimWriter:
         fence: FenceCheck | None = None,
         held_by: Callable[[str, DeviceId], str] | None = None,
         device_class: Callable[[str], DeviceClass | None] | None = None,
+        binding_timeout: float = BINDING_TIMEOUT,
+        poll: float = 0.25,
     ) -> None:
+        self._binding_timeout = binding_timeout
+        self._poll = poll
         self._client = client
         # the device classes as watched: their configuration goes into the allocation
         self._class_of: Callable[[str], DeviceClass | None] = device_class or (lambda _: None)
@@ -292,7 +348,38 @@ class ClaimWriter:
             await self.undo(done)
             return why, []
         self.written += len(done)
+        why = await self._await_binding_conditions(writes)
+        if why:
+            log.warning("devices not ready for binding", error=why)
+            await self.undo(done, deallocate=True)
+            return why, []
         return "", done
+
+    async def _await_binding_conditions(self, writes: Sequence[ClaimWrite]) -> str:
+        """'' once every allocated device with binding conditions is ready (each condition
+        ``True`` in the claim's ``status.devices``); why not, on a failure condition or when
+        the timeout passes first."""
+        waiting = [w for w in writes if w.allocation.conditions]
+        if not waiting:
+            return ""
+        deadline = time.monotonic() + self._binding_timeout
+        while True:
+            pending = ""
+            for w in waiting:
+                obj = await self._current(w.claim)
+                ready, why = binding_state(obj, w)
+                if why:
+                    return why
+                if not ready and not pending:
+                    pending = w.claim
+            if not pending:
+                return ""
+            if time.monotonic() >= deadline:
+                return (
+                    f"resource claim {pending}: the devices' binding conditions were not met "
+                    f"within {self._binding_timeout:g} s"
+                )
+            await asyncio.sleep(self._poll)
 
     async def _write(self, w: ClaimWrite, names: Mapping[str, str]) -> Written:
         obj = await self._current(w.claim)
@@ -364,14 +451,24 @@ class ClaimWriter:
         )
         return Written(w.claim, w.uid, allocate, added)
 
-    async def undo(self, done: Sequence[Written], pods: Collection[str] | None = None) -> None:
+    async def undo(
+        self,
+        done: Sequence[Written],
+        pods: Collection[str] | None = None,
+        *,
+        deallocate: bool = False,
+    ) -> None:
         """Take back what ``done`` wrote, newest first: for the pods ``pods`` (all of them
-        when None). Errors are logged; kube-controller-manager's resourceclaim controller
-        removes consumers that are gone in any case."""
+        when None). ``deallocate``: a claim left without consumers loses its allocation even
+        if an earlier attempt wrote it (its devices failed their binding conditions). Errors
+        are logged; kube-controller-manager's resourceclaim controller removes consumers that
+        are gone in any case."""
         for d in reversed(done):
             gone = tuple(u for u in d.added if pods is None or u in pods)
             if not gone and pods is not None:
                 continue
+            if deallocate:
+                d = Written(d.claim, d.uid, True, d.added)
             try:
                 await self._undo_one(d, gone)
                 self.undone += 1

@@ -5,6 +5,7 @@ whose binding fails taken off its claim; the fence; a device taken meanwhile."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from gangsched.core.decisions import BindGang, Binding, ClaimWrite, PodRef
@@ -40,14 +41,16 @@ def _gang(n: int, *writes: ClaimWrite) -> BindGang:
 
 
 class Rig:
-    def __init__(self, claims: int = 4, *, held: dict[DeviceId, str] | None = None) -> None:
+    def __init__(
+        self, claims: int = 4, *, held: dict[DeviceId, str] | None = None, **writer: Any
+    ) -> None:
         self.kube = FakeKube()
         self.kube.seed(PODS, *({"metadata": {"name": f"p{i}", "uid": f"u{i}"}} for i in range(4)))
         self.kube.seed(CLAIMS, *(_claim(i) for i in range(claims)))
         self.failures: dict[str, str] = {}
         self.fence_ok = True
         held_by = (lambda node, d: (held or {}).get(d, "")) if held is not None else None
-        self.writer = ClaimWriter(self.kube, fence=lambda: self.fence_ok, held_by=held_by)
+        self.writer = ClaimWriter(self.kube, fence=lambda: self.fence_ok, held_by=held_by, **writer)
         self.binder = Binder(
             self.kube,
             self.failures.__setitem__,
@@ -236,3 +239,80 @@ def test_an_allocation_not_for_one_node_carries_its_reach() -> None:
             {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}
         ]
     }
+
+
+# ---- binding conditions ------------------------------------------------------------------
+def _cond_write(i: int) -> ClaimWrite:
+    d = DeviceId(DRIVER, "n1", f"gpu-{i}")
+    alloc = ClaimAllocation("n1", (("gpu", d),), None, ((d, ("Attached",), ("AttachFailed",)),))
+    return ClaimWrite(f"ml/c{i}", f"cu{i}", alloc, (f"u{i}",))
+
+
+async def _report(rig: Rig, i: int, condition: str) -> None:
+    """The driver reports ``condition`` True on the claim's device (``status.devices``)."""
+    obj = rig.claim(i)
+    obj["status"]["devices"] = [
+        {
+            "driver": DRIVER,
+            "pool": "n1",
+            "device": f"gpu-{i}",
+            "conditions": [
+                {
+                    "type": condition,
+                    "status": "True",
+                    "reason": "Driver",
+                    "message": f"{condition} by the driver",
+                    "lastTransitionTime": "2026-11-27T00:00:00Z",
+                }
+            ],
+        }
+    ]
+    await rig.kube.request("PUT", f"{CLAIMS}/c{i}/status", body=obj)
+
+
+async def _allocated(rig: Rig, *claims: int) -> None:
+    for _ in range(500):
+        if all((rig.claim(i).get("status") or {}).get("allocation") for i in claims):
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the claims were never allocated")
+
+
+async def test_the_gang_binds_only_once_every_device_reports_its_binding_conditions() -> None:
+    rig = Rig(binding_timeout=10, poll=0.005)
+    task = asyncio.create_task(rig.binder.bind_gang(_gang(2, _cond_write(0), _cond_write(1))))
+    await _allocated(rig, 0, 1)
+    result = rig.claim(0)["status"]["allocation"]["devices"]["results"][0]
+    assert result["bindingConditions"] == ["Attached"]
+    assert result["bindingFailureConditions"] == ["AttachFailed"]
+    await _report(rig, 0, "Attached")
+    await asyncio.sleep(0.05)
+    assert rig.kube.sent("create", "/binding$") == []  # one device of the gang is not ready
+    await _report(rig, 1, "Attached")
+    results = await task
+    assert all(r.ok for r in results)
+    assert len(rig.kube.sent("create", "/binding$")) == 2
+
+
+async def test_a_failure_condition_undoes_the_whole_gang_and_deallocates_its_claims() -> None:
+    rig = Rig(binding_timeout=10, poll=0.005)
+    task = asyncio.create_task(rig.binder.bind_gang(_gang(2, _cond_write(0), _cond_write(1))))
+    await _allocated(rig, 0, 1)
+    await _report(rig, 0, "Attached")
+    await _report(rig, 1, "AttachFailed")
+    results = await task
+    assert not any(r.ok for r in results)
+    assert rig.kube.sent("create", "/binding$") == []
+    for i in range(2):
+        status = rig.claim(i)["status"]
+        assert not status.get("allocation") and not status.get("reservedFor")
+    assert "device gpu.example.com/n1/gpu-1 reports AttachFailed" in rig.failures["u0"]
+
+
+async def test_binding_conditions_not_met_in_time_undo_the_gang() -> None:
+    rig = Rig(binding_timeout=0.05, poll=0.005)
+    results = await rig.binder.bind_gang(_gang(2, _cond_write(0), _cond_write(1)))
+    assert not any(r.ok for r in results)
+    assert rig.kube.sent("create", "/binding$") == []
+    assert "binding conditions were not met within 0.05 s" in rig.failures["u1"]
+    assert not rig.claim(0)["status"].get("allocation")
