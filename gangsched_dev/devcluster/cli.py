@@ -1,7 +1,9 @@
 """``gangsched dev-cluster up|down|status``: a local cluster for trying gangsched by hand.
 
 ``up`` starts a detached supervisor process that owns the control plane (etcd, kube-apiserver,
-kwok, and with ``--controller-manager`` kube-controller-manager), applies the PodGroup CRD
+kwok, and kube-controller-manager unless ``--no-controller-manager``: Jobs, StatefulSets,
+ReplicaSets and Deployments make their pods, claims are made from ResourceClaimTemplates),
+applies the PodGroup CRD
 (shipped in this package: ``crds/``, a copy of the repository's) and creates fake GPU nodes,
 then prints the kubeconfig path on its last line.
 ``down`` stops the supervisor, which stops everything it started. Nothing here depends on a
@@ -73,7 +75,7 @@ def _up(args: argparse.Namespace) -> int:
         str(args.cpu),
         "--memory",
         args.memory,
-        *(["--controller-manager"] if args.controller_manager else []),
+        "--controller-manager" if args.controller_manager else "--no-controller-manager",
     ]
     proc = subprocess.Popen(
         cmd,
@@ -146,7 +148,11 @@ def _supervise(args: argparse.Namespace) -> int:
         cp.apply(CRDS)
         cp.start_kwok()
         if args.controller_manager:
-            cp.start_controller_manager()
+            from gangsched_dev.devcluster import controllermanager as kcm
+
+            cp.start_controller_manager(
+                (*kcm.DEFAULT_CONTROLLERS, "deployment-controller", "resourceclaim-controller")
+            )
         for i in range(args.nodes):
             cp.add_fake_node(f"gpu-node-{i}", args.cpu, args.memory, args.gpus_per_node)
         (state / "state.json").write_text(
@@ -177,9 +183,11 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             p.add_argument("--timeout", type=float, default=3600.0)
             p.add_argument(
                 "--controller-manager",
-                action="store_true",
-                help="also run kube-controller-manager (Job, StatefulSet, ReplicaSet "
-                "controllers, garbage collector), so those workloads create their pods",
+                action=argparse.BooleanOptionalAction,
+                default=True,
+                help="run kube-controller-manager (Job, StatefulSet, ReplicaSet controllers, "
+                "the garbage collector, the resourceclaim controller), so those workloads "
+                "create their pods (the default); --no-controller-manager: bare pods only",
             )
         p.set_defaults(func=fn)
 
