@@ -197,7 +197,8 @@ class NodeFinder:
         stateful_ok = False
         dynamic = (
             self._indexed
-            if pod.gpu is not None and not pod.placement.node_name and within is None
+            if pod.gpu is None  # (GPUDevices passes a pod without GPU demand)
+            or (not pod.placement.node_name and within is None)
             else self._dynamic
         )
         for info in self._candidates(pod) if within is None else self._within(pod, within):
