@@ -4,8 +4,11 @@ shared between members), scheduled to idle with every binding's claims written b
 adapter writes them. Whatever the input:
 
 - no device is allocated to two claims;
-- every allocation satisfies its claim: its node is the pod's, the count and the selectors of
-  the class and of the request hold;
+- every allocation satisfies its claim: it serves the pod's node (its devices are the node's,
+  or a device for every node), the count and the selectors of the class and of the request
+  hold;
+- the counter sets of partitionable nodes (every device consumes its size from its node's
+  set) are never over-consumed by what the scheduler allocates;
 - all or nothing: a gang runs with every member or none, and a claim of a member not bound is
   not allocated.
 """
@@ -48,11 +51,20 @@ def clusters(draw: st.DrawFn) -> tuple[Harness, dict[str, list[str]], dict[str, 
     h = Harness(None, *(make_node(n).cpu("64").memory("256Gi").node() for n in nodes))
     h.s.device_class_upsert(CLASS)
     for n in nodes:
+        partitioned = draw(st.integers(0, 2)) == 0  # a partitionable pool (counter sets)
         devices = [
-            Device(DeviceId(DRIVER, n, f"d{i}"), n, {"model": draw(st.sampled_from("ab"))})
+            Device(
+                DeviceId(DRIVER, n, f"d{i}"),
+                n,
+                {"model": draw(st.sampled_from("ab"))},
+                consumes=(("mem", "size", draw(st.integers(1, 2))),) if partitioned else (),
+            )
             for i in range(draw(st.integers(1, 4)))
         ]
         h.s.resource_slice_upsert(f"{n}-slice", devices)
+        if partitioned:
+            total = draw(st.integers(1, 4))
+            h.s.resource_slice_upsert(f"{n}-counters", [], ((DRIVER, n, "mem", "size", total),))
         for d in devices:
             if draw(st.integers(0, 5)) == 0:  # held by a claim of someone else
                 h.s.resource_claim_upsert(
@@ -65,6 +77,11 @@ def clusters(draw: st.DrawFn) -> tuple[Harness, dict[str, list[str]], dict[str, 
                         reserved_for=("someone",),
                     )
                 )
+    if draw(st.booleans()):  # a device for every node (a slice with allNodes)
+        shared = Device(
+            DeviceId(DRIVER, "net", "shared-0"), "", {"model": draw(st.sampled_from("ab"))}
+        )
+        h.s.resource_slice_upsert("net", [shared])
     models: dict[str, str] = {}
     gangs: dict[str, list[str]] = {}
     for g in range(draw(st.integers(1, 3))):
@@ -127,6 +144,26 @@ def test_no_device_twice_every_allocation_valid_and_gangs_whole_or_not_at_all(
     held = Counter(d for c in catalog.claims.values() if c.allocation for d in c.allocation.devices)
     assert not [d for d, n in held.items() if n > 1], "a device allocated twice"
     devices = {d.id: d for n in h.s.cache.nodes for d in catalog.devices(n)}
+    devices.update((d.id, d) for d in catalog._shared)
+    totals = {(c[0], c[1]): c[4] for cs in catalog._counter_slices.values() for c in cs}
+    for pool, total in totals.items():
+        mine = [
+            d
+            for c in catalog.claims.values()
+            if c.allocation and c.namespace == "ml"
+            for d in c.allocation.devices
+            if (d.driver, d.pool) == pool
+        ]
+        if mine:
+            consumed = sum(
+                n
+                for c in catalog.claims.values()
+                if c.allocation
+                for d in c.allocation.devices
+                if (d.driver, d.pool) == pool
+                for _, _, n in devices[d].consumes
+            )
+            assert consumed <= total, f"pool {pool}: {consumed} consumed of {total}"
     for gang, uids in gangs.items():
         pods = [h.s.cache.pods[u] for u in uids]
         bound = [p for p in pods if p.node_name]
@@ -139,13 +176,13 @@ def test_no_device_twice_every_allocation_valid_and_gangs_whole_or_not_at_all(
                 assert claim.allocation is None or sharers, f"{key} allocated, its pod not bound"
                 continue
             alloc = claim.allocation
-            assert alloc is not None and alloc.node == p.node_name
+            assert alloc is not None and alloc.node in (p.node_name, "")
             assert p.uid in claim.reserved_for
             [request] = claim.requests
             assert request.exactly is not None
             assert len(alloc.devices) == request.exactly.count
             for d in alloc.devices:
                 device = devices[d]
-                assert device.node == p.node_name
+                assert device.node in (p.node_name, "")
                 if models.get(key):
                     assert device.attributes["model"] == models[key]
