@@ -162,5 +162,7 @@ def test_the_same_verdicts_as_kube_scheduler_and_valid_allocations(
         cp.kubectl("delete", "pods", "--all", "-n", ns, "--wait=false", check=False)
         for kind in ("node", "deviceclass", "resourceslice"):
             names = [n for k, n in made if k == kind]
-            if names:
-                cp.kubectl("delete", kind, *names, "--wait=false", check=False, timeout=120)
+            for i in range(0, len(names), 50):  # in batches: hundreds of slices with 150 cases
+                cp.kubectl(
+                    "delete", kind, *names[i : i + 50], "--wait=false", check=False, timeout=300
+                )
