@@ -36,6 +36,14 @@ def test_the_readme_job_binds_whole_on_the_dev_cluster(
     assert up.returncode == 0, up.stderr[-3000:]
     kubeconfig = up.stdout.strip().splitlines()[-1]
     kubectl = [str(control_plane.bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}"]
+
+    def kubectl_json(*args: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [*kubectl, *args, "-o", "json"], check=True, capture_output=True, text=True, timeout=60
+        )
+        got: dict[str, Any] = json.loads(out.stdout)
+        return got
+
     log = (tmp_path / "gangsched.log").open("wb")
     sched = subprocess.Popen(
         [
@@ -61,30 +69,19 @@ def test_the_readme_job_binds_whole_on_the_dev_cluster(
             timeout=60,
         )
 
-        def pods() -> list[dict[str, Any]]:
-            out = subprocess.run(
-                [*kubectl, "get", "pods", "-n", "default", "-o", "json"],
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            items: list[dict[str, Any]] = json.loads(out.stdout)["items"]
-            return items
-
         wait_for(
             "the Job's 4 pods bound",
-            lambda: sum(1 for p in pods() if p["spec"].get("nodeName")) == 4,
+            lambda: (
+                sum(
+                    1
+                    for p in kubectl_json("get", "pods", "-n", "default")["items"]
+                    if p["spec"].get("nodeName")
+                )
+                == 4
+            ),
             timeout=120,
         )
-        pg = subprocess.run(
-            [*kubectl, "get", "podgroups.gangsched.io", "-n", "default", "-o", "json"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        [group] = json.loads(pg.stdout)["items"]
+        [group] = kubectl_json("get", "podgroups.gangsched.io", "-n", "default")["items"]
         assert group["metadata"]["name"] == "ddp"
     finally:
         sched.terminate()

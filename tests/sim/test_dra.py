@@ -19,8 +19,8 @@ from gangsched.sim.workload import Workload, WorkloadError
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dra.yaml"
 
 
-def _run() -> dict[str, Any]:
-    code, text, _ = simulate(str(EXAMPLE), as_json=True, plot_path=None, show_all=False, until=None)
+def _run(example: Path = EXAMPLE) -> dict[str, Any]:
+    code, text, _ = simulate(str(example), as_json=True, plot_path=None, show_all=False, until=None)
     assert code == 0, text
     summary: dict[str, Any] = json.loads(text)
     return summary
@@ -72,18 +72,11 @@ def test_a_claim_template_the_scheduler_would_refuse_is_a_workload_error() -> No
 MIG = Path(__file__).resolve().parents[2] / "examples" / "dra-mig.yaml"
 
 
-def _run_mig() -> dict[str, Any]:
-    code, text, _ = simulate(str(MIG), as_json=True, plot_path=None, show_all=False, until=None)
-    assert code == 0, text
-    summary: dict[str, Any] = json.loads(text)
-    return summary
-
-
 def test_partitioned_gpus_slices_and_whole_gpus_share_counters() -> None:
     """examples/dra-mig.yaml: 8 slices packed onto two GPUs leave two whole GPUs for the
     training gang at once; the gang of 3 whole GPUs waits until the others end; no counter
     set is ever over-consumed (the simulator checks it on its own)."""
-    s = _run_mig()
+    s = _run(MIG)
     assert (s["gangs_bound"], s["gangs_total"]) == (3, 3)
     assert s["partial_gangs"] == 0 and s["overcommitted_nodes"] == 0
     assert s["longest_waiting_gang"] == "default/too-big"
