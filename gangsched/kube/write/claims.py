@@ -363,6 +363,7 @@ class ClaimWriter:
         if not waiting:
             return ""
         deadline = time.monotonic() + self._binding_timeout
+        said = False
         while True:
             pending = ""
             for w in waiting:
@@ -373,7 +374,17 @@ class ClaimWriter:
                 if not ready and not pending:
                     pending = w.claim
             if not pending:
+                if said:
+                    log.info("devices ready for binding", claims=[w.claim for w in waiting])
                 return ""
+            if not said:  # once a gang: which claim it waits on, and for how long at most
+                said = True
+                log.info(
+                    "waiting for the devices' binding conditions",
+                    claim=pending,
+                    claims=len(waiting),
+                    timeout=self._binding_timeout,
+                )
             if time.monotonic() >= deadline:
                 return (
                     f"resource claim {pending}: the devices' binding conditions were not met "
