@@ -384,12 +384,42 @@ class ClaimCatalog:
     # ---- placement ---------------------------------------------------------------------
     def fits(self, pod: Pod, node: str) -> str:
         """'' when ``pod``'s claims can be allocated on ``node`` (with the tentative claims
-        there), else why not. Remembered per node state and claim shapes: pods whose claims
-        ask the same (a gang's members, one claim each from one template) cost one search
-        per node until something on the node changes."""
-        quick = self._quick(pod, node)
-        if quick is not None:
-            return quick
+        there), else why not.
+
+        Counting before searching: '' when the pod's claims surely fit (each asks plain counts
+        of one class, and the node has that many devices of the class that no allocation,
+        written or tentative, holds), a reason when they surely do not (fewer devices of a
+        class than the claims ask, not counting the tentative ones, which the search could
+        move). Only then the search, remembered per node state and claim shapes: pods whose
+        claims ask the same (a gang's members, one claim each from one template) cost one
+        search per node until something on the node changes. (One function: it runs for every
+        candidate node of every pod with claims.)"""
+        last = self._asked_last  # (the memo of _asked, read here)
+        if last is not None and last[0] == pod.uid and last[1] == self.generation:
+            asked = last[2]
+        else:
+            asked = self._asked(pod)
+        if asked is not None:
+            want, first, sure = asked
+            gen = self._node_gen.get(node, 0)
+            cache = self._free_cache
+            for cls, n in want.items():
+                counted = cache.get((node, cls))
+                if counted is None or counted[0] != gen:
+                    if cls not in self.classes:
+                        sure = False
+                        break
+                    counted = self._counted(node, cls)
+                _, unwritten, untouched, _ = counted
+                if unwritten < n:
+                    return (
+                        f"{first[cls]}: needs {n} device(s) of class {cls}, {unwritten} "
+                        f"available on node {node}"
+                    )
+                if untouched < n:
+                    sure = False
+            if sure:
+                return ""
         key = self._shape_key(pod, node)
         if key is not None:
             known = self._fits.get(key)
@@ -402,36 +432,8 @@ class ClaimCatalog:
             self._fits[key] = True
         return ""
 
-    def _quick(self, pod: Pod, node: str) -> str | None:
-        """Counting before searching: '' when the pod's claims surely fit on the node (each
-        asks plain counts of one class, and the node has that many devices of the class that
-        no allocation, written or tentative, holds), a reason when they surely do not (fewer
-        devices of a class than the claims ask, not counting the tentative ones, which the
-        search could move), None when only the search can tell."""
-        asked = self._asked(pod)
-        if asked is None:
-            return None
-        want, first, sure = asked
-        gen = self._node_gen.get(node, 0)
-        cache = self._free_cache
-        for cls, n in want.items():
-            counted = cache.get((node, cls))
-            if counted is None or counted[0] != gen:
-                if cls not in self.classes:
-                    return None
-                counted = self._counted(node, cls)
-            _, unwritten, untouched, _ = counted
-            if unwritten < n:
-                return (
-                    f"{first[cls]}: needs {n} device(s) of class {cls}, {unwritten} available "
-                    f"on node {node}"
-                )
-            if untouched < n:
-                sure = False
-        return "" if sure else None
-
     def _asked(self, pod: Pod) -> tuple[dict[str, int], dict[str, str], bool] | None:
-        """What ``_quick`` counts of the pod: devices by class (the least a request may take),
+        """What ``fits`` counts of the pod: devices by class (the least a request may take),
         the first claim/request asking each class, and whether counting can tell a fit (no
         selectors, constraints or alternatives); None when counting cannot tell anything.
         Remembered for the pod until anything changes (one search for a pod asks it once)."""
@@ -502,7 +504,11 @@ class ClaimCatalog:
         """How full the node's devices of the pod's (first) class are once the pod's claims
         take theirs, 0 to 100: the higher, the tighter the fit. 0 when counting cannot tell
         (claims allocated already, alternatives of several classes)."""
-        asked = self._asked(pod)
+        last = self._asked_last  # (the memo of _asked, read here: this runs on every node)
+        if last is not None and last[0] == pod.uid and last[1] == self.generation:
+            asked = last[2]
+        else:
+            asked = self._asked(pod)
         if asked is None or not asked[0]:
             return 0.0
         first = self._first_asked
