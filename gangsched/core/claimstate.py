@@ -32,6 +32,7 @@ from gangsched.core.resourceclaims import (
     Device,
     DeviceClass,
     DeviceId,
+    DeviceRequest,
 )
 
 __all__ = ["MAX_RESERVED", "ClaimCatalog"]
@@ -41,6 +42,22 @@ MAX_RESERVED = 256
 
 
 _Pool = tuple[str, str]  # (driver, pool)
+# What counting sees of a pod's claims: devices by class (the least each request may take), the
+# first claim/request asking each class, whether counting can tell a fit, and the first class
+# with its count (what packing scores).
+_Asked = tuple[dict[str, int], dict[str, str], bool, tuple[str, int]]
+
+
+def _least(request: DeviceRequest) -> tuple[str, int] | None:
+    """The one class and the least count a request may take, when every alternative asks an
+    ``ExactCount`` of that class; None otherwise (``All``, alternatives of several classes)."""
+    options = request.options()
+    if not options or any(r.mode is not AllocationMode.EXACT_COUNT for _, r in options):
+        return None
+    classes = {r.device_class for _, r in options}
+    if len(classes) != 1:
+        return None
+    return classes.pop(), min(r.count for _, r in options)
 
 
 class ClaimCatalog:
@@ -96,10 +113,7 @@ class ClaimCatalog:
         # allocations, and of tentative ones too)
         self._free_cache: dict[tuple[str, str], tuple[int, int, int, int]] = {}
         # the last answer of _asked, with its first class and count (what packing scores)
-        self._first_asked: tuple[object, str, int] = (None, "", 0)
-        self._asked_last: (
-            tuple[str, int, tuple[dict[str, int], dict[str, str], bool] | None] | None
-        ) = None
+        self._asked_last: tuple[str, int, _Asked | None] | None = None
 
     # ---- what the watches say ----------------------------------------------------------
     def upsert_slice(
@@ -400,7 +414,7 @@ class ClaimCatalog:
         else:
             asked = self._asked(pod)
         if asked is not None:
-            want, first, sure = asked
+            want, first, sure, _ = asked
             gen = self._node_gen.get(node, 0)
             cache = self._free_cache
             for cls, n in want.items():
@@ -432,7 +446,7 @@ class ClaimCatalog:
             self._fits[key] = True
         return ""
 
-    def _asked(self, pod: Pod) -> tuple[dict[str, int], dict[str, str], bool] | None:
+    def _asked(self, pod: Pod) -> _Asked | None:
         """What ``fits`` counts of the pod: devices by class (the least a request may take),
         the first claim/request asking each class, and whether counting can tell a fit (no
         selectors, constraints or alternatives); None when counting cannot tell anything.
@@ -444,7 +458,7 @@ class ClaimCatalog:
         self._asked_last = (pod.uid, self.generation, out)
         return out
 
-    def _count_asked(self, pod: Pod) -> tuple[dict[str, int], dict[str, str], bool] | None:
+    def _count_asked(self, pod: Pod) -> _Asked | None:
         sure = True
         want: dict[str, int] = {}
         first: dict[str, str] = {}
@@ -455,22 +469,21 @@ class ClaimCatalog:
             if claim.constraints:
                 sure = False
             for request in claim.requests:
-                options = request.options()
-                if len({r.device_class for _, r in options}) != 1 or any(
-                    r.mode is not AllocationMode.EXACT_COUNT or r.admin_access for _, r in options
-                ):
+                least = _least(request)
+                if least is None or any(r.admin_access for _, r in request.options()):
                     return None
                 if request.exactly is None or request.exactly.selectors:
                     sure = False
-                cls = options[0][1].device_class
+                cls, n = least
                 shared, consuming = self._flags(cls)
                 if shared:
                     return None  # devices off the node count too
                 if consuming:
                     sure = False  # counters may leave fewer than the devices
-                want[cls] = want.get(cls, 0) + min(r.count for _, r in options)
-                first.setdefault(cls, f"claim {key}: {options[0][0]}")
-        return want, first, sure
+                want[cls] = want.get(cls, 0) + n
+                first.setdefault(cls, f"claim {key}: {request.options()[0][0]}")
+        lead = next(iter(want.items()), ("", 0))
+        return want, first, sure, lead
 
     def _free_here(self, node: str, cls: str) -> tuple[int, int]:
         """Devices of the class on the node that no written allocation holds, and of those
@@ -511,10 +524,7 @@ class ClaimCatalog:
             asked = self._asked(pod)
         if asked is None or not asked[0]:
             return 0.0
-        first = self._first_asked
-        if first[0] is not asked:
-            first = self._first_asked = (asked, *next(iter(asked[0].items())))
-        _, cls, n = first
+        cls, n = asked[3]
         counted = self._free_cache.get((node, cls))
         if counted is None or counted[0] != self._node_gen.get(node, 0):
             if cls not in self.classes:
@@ -745,13 +755,9 @@ class ClaimCatalog:
             if key in skip or claim is None or claim.allocation is not None:
                 continue
             for request in claim.requests:
-                options = [r for _, r in request.options()]
-                if not options or any(r.mode is not AllocationMode.EXACT_COUNT for r in options):
-                    continue
-                if len({r.device_class for r in options}) != 1:
-                    continue
-                cls = options[0].device_class
-                out[cls] = out.get(cls, 0) + min(r.count for r in options)
+                least = _least(request)
+                if least is not None:
+                    out[least[0]] = out.get(least[0], 0) + least[1]
         return out
 
     # ---- what-if: pods counted as gone ---------------------------------------------------
