@@ -194,7 +194,6 @@ class NodeFinder:
         best_score = -1.0
         found = 0
         feasible: list[tuple[NodeInfo, float]] = []
-        stateful_ok = False
         dynamic = (
             self._indexed
             if pod.gpu is None  # (GPUDevices passes a pod without GPU demand)
@@ -204,15 +203,13 @@ class NodeFinder:
         for info in self._candidates(pod) if within is None else self._within(pod, within):
             if not self._feasible(pod, info, verdicts, dynamic):
                 continue
-            if stateful:
-                for f in stateful:  # (a plain loop: cheaper than all() on the hot path)
-                    if not f.filter_with(pod, info, state).ok:
-                        break
-                else:
-                    stateful_ok = True
-                if not stateful_ok:
-                    continue
-                stateful_ok = False
+            refused = False
+            for f in stateful:  # (a plain loop: cheaper than all() on the hot path)
+                if not f.filter_with(pod, info, state).ok:
+                    refused = True
+                    break
+            if refused:
+                continue
             found += 1
             score = 0.0
             for plugin, weight in self._scorers:
