@@ -96,19 +96,6 @@ def _path(key: str) -> str:
     return f"{API}/namespaces/{ns}/resourceclaims/{name}"
 
 
-def _admin_requests(obj: Mapping[str, Any]) -> set[str]:
-    """The requests of the claim (``<request>``) that ask for admin access."""
-    spec = obj.get("spec")
-    devices = spec.get("devices") if isinstance(spec, Mapping) else None
-    requests = devices.get("requests") if isinstance(devices, Mapping) else None
-    out: set[str] = set()
-    for r in requests if isinstance(requests, list) else ():
-        exactly = r.get("exactly") if isinstance(r, Mapping) else None
-        if isinstance(exactly, Mapping) and exactly.get("adminAccess") is True:
-            out.add(str(r.get("name")))
-    return out
-
-
 def _tolerations(obj: Mapping[str, Any]) -> dict[str, list[Any]]:
     """The tolerations of each request of the claim (``<request>`` or
     ``<request>/<sub-request>``), as written: the allocation carries them."""
@@ -435,7 +422,7 @@ class ClaimWriter:
             status["allocation"] = {
                 **allocation_json(
                     w.allocation,
-                    _admin_requests(obj),
+                    {r.name for r in read.requests if r.exactly and r.exactly.admin_access},
                     _tolerations(obj),
                     allocation_config(read, w.allocation, self._class_of),
                 ),
