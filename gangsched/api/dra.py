@@ -34,6 +34,7 @@ from gangsched.core.resourceclaims import (
     Claim,
     ClaimAllocation,
     ConfigEntry,
+    CounterTotal,
     Device,
     DeviceClass,
     DeviceId,
@@ -85,6 +86,11 @@ class ResourceSlice:
     node: str
     devices: tuple[Device, ...]
     counters: tuple[tuple[str, str, int], ...] = ()
+
+    @property
+    def pool_counters(self) -> tuple[CounterTotal, ...]:
+        """The counter sets as the core takes them: each counter with its driver and pool."""
+        return tuple((self.driver, self.pool, *c) for c in self.counters)
 
 
 def _unsupported(field: str) -> SpecError:

@@ -29,6 +29,7 @@ from gangsched.core.resourceclaims import (
     AllocationMode,
     Claim,
     ClaimAllocation,
+    CounterTotal,
     Device,
     DeviceClass,
     DeviceId,
@@ -75,7 +76,7 @@ class ClaimCatalog:
         self._device_node: dict[DeviceId, str] = {}  # device -> its node ('' when shared)
         # partitionable pools: the counter sets (slice key -> (driver, pool, set, counter,
         # total)), their totals by pool, and each pool's devices that consume counters
-        self._counter_slices: dict[str, tuple[tuple[str, str, str, str, int], ...]] = {}
+        self._counter_slices: dict[str, tuple[CounterTotal, ...]] = {}
         self._pool_totals: dict[_Pool, dict[tuple[str, str], int]] = {}
         self._pool_slices: dict[_Pool, set[str]] = {}  # pool -> slices with consuming devices
         self._pool_consumers: dict[_Pool, list[Device]] = {}
@@ -120,7 +121,7 @@ class ClaimCatalog:
         self,
         key: str,
         devices: Iterable[Device],
-        counters: tuple[tuple[str, str, str, str, int], ...] = (),
+        counters: tuple[CounterTotal, ...] = (),
     ) -> None:
         """A slice's devices, or (a partitionable pool's) its counter sets: (driver, pool,
         set, counter, total)."""
@@ -133,7 +134,7 @@ class ClaimCatalog:
         self,
         key: str,
         new: tuple[Device, ...] | None,
-        counters: tuple[tuple[str, str, str, str, int], ...],
+        counters: tuple[CounterTotal, ...],
     ) -> None:
         self._of_class.clear()
         self._class_flags.clear()

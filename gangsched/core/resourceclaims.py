@@ -35,6 +35,7 @@ __all__ = [
     "Claim",
     "ClaimAllocation",
     "ConfigEntry",
+    "CounterTotal",
     "Device",
     "DeviceClass",
     "DeviceId",
@@ -54,6 +55,9 @@ class Version(str):
 
     __slots__ = ()
 
+
+# A partitionable pool's counter: (driver, pool, counter set, counter, total).
+CounterTotal = tuple[str, str, str, str, int]
 
 # An attribute's value: a string, an integer, a boolean, or a version (kept as its text).
 AttributeValue = str | int | bool

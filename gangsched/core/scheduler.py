@@ -38,7 +38,7 @@ from gangsched.core.preemption import Preemptor
 from gangsched.core.profile import build_finder
 from gangsched.core.queue import Wake
 from gangsched.core.resourceclaims import Claim as ResourceClaim
-from gangsched.core.resourceclaims import Device, DeviceClass, DeviceId
+from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass, DeviceId
 from gangsched.core.resources import GPU
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
 from gangsched.core.steps.book import GangBook
@@ -269,7 +269,7 @@ class Scheduler:
         self,
         key: str,
         devices: Iterable[Device],
-        counters: tuple[tuple[str, str, str, str, int], ...] = (),
+        counters: tuple[CounterTotal, ...] = (),
     ) -> None:
         """A slice's devices, or a partitionable pool's counter sets (driver, pool, set,
         counter, total)."""

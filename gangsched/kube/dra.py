@@ -146,8 +146,7 @@ class DraWatch:
             s = self._slices[n]
             if s.generation == newest and isinstance(s.read, ResourceSlice):
                 r = s.read
-                counters = tuple((r.driver, r.pool, *c) for c in r.counters)
-                self._core.resource_slice_upsert(n, r.devices, counters)
+                self._core.resource_slice_upsert(n, r.devices, r.pool_counters)
                 self._in_core.add(n)
             elif n in self._in_core:
                 self._core.resource_slice_delete(n)

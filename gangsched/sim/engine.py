@@ -199,7 +199,9 @@ class Simulation:
         # counters consumed beyond a set mark the node as over-committed too
         self._device_by_id = {d.id: d for sl in self._slices for d in sl.devices}
         self._counter_totals: dict[tuple[str, str, str, str], int] = {
-            (sl.driver, sl.pool, cs, c): n for sl in self._slices for cs, c, n in sl.counters
+            (driver, pool, cs, c): n
+            for sl in self._slices
+            for driver, pool, cs, c, n in sl.pool_counters
         }
         self.claims_allocated = 0
         self.member_losses = 0
@@ -215,8 +217,7 @@ class Simulation:
         for dc in self._device_classes:
             self.scheduler.device_class_upsert(dc)
         for sl in self._slices:
-            counters = tuple((sl.driver, sl.pool, *c) for c in sl.counters)
-            self.scheduler.resource_slice_upsert(sl.name, sl.devices, counters)
+            self.scheduler.resource_slice_upsert(sl.name, sl.devices, sl.pool_counters)
         for j in self.jobs:
             self._push(j.arrival, ARRIVE, j.key)
             for p in j.pods:
