@@ -74,7 +74,9 @@ class Driver:
         )
         self.made.append(("deviceclass", self.name))
 
-    def publish(self, node: str, gpus: int, model: str = "h100") -> None:
+    def publish(self, node: str, gpus: int, model: str = "h100", **device: Any) -> None:
+        """``gpus`` devices on ``node``; ``device``: more fields of each device (such as its
+        binding conditions)."""
         devices = [
             {
                 "name": f"gpu-{i}",
@@ -84,6 +86,7 @@ class Driver:
                     "driverVersion": {"version": "1.2.3"},
                 },
                 "capacity": {"memory": {"value": "80Gi"}},
+                **device,
             }
             for i in range(gpus)
         ]
@@ -627,29 +630,9 @@ def test_a_gang_binds_only_once_its_devices_report_their_binding_conditions(
         n["metadata"]["name"]
         for n in cp.kubectl_json("get", "nodes", "-l", f"e2e-test={ns}")["items"]
     ]
-    name = f"{node}-{driver.name}"
-    create(
-        cp,
-        {
-            "apiVersion": RESOURCE,
-            "kind": "ResourceSlice",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": driver.name,
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [
-                    {
-                        "name": f"gpu-{i}",
-                        "bindingConditions": ["Attached"],
-                        "bindingFailureConditions": ["AttachFailed"],
-                    }
-                    for i in range(2)
-                ],
-            },
-        },
+    driver.publish(
+        node, 2, bindingConditions=["Attached"], bindingFailureConditions=["AttachFailed"]
     )
-    driver.made.append(("resourceslice", name))
     pod_watch = watches("pods")
     driver.claim("a")
     driver.claim("b")
