@@ -471,7 +471,8 @@ class ClaimCatalog:
                 sure = False
             for request in claim.requests:
                 least = _least(request)
-                if least is None or any(r.admin_access for _, r in request.options()):
+                options = request.options()
+                if least is None or any(r.admin_access for _, r in options):
                     return None
                 if request.exactly is None or request.exactly.selectors:
                     sure = False
@@ -482,7 +483,7 @@ class ClaimCatalog:
                 if consuming:
                     sure = False  # counters may leave fewer than the devices
                 want[cls] = want.get(cls, 0) + n
-                first.setdefault(cls, f"claim {key}: {request.options()[0][0]}")
+                first.setdefault(cls, f"claim {key}: {options[0][0]}")
         lead = next(iter(want.items()), ("", 0))
         return want, first, sure, lead
 
