@@ -24,6 +24,7 @@ from gangsched.api.fields import (
     identity,
     integer,
     nonempty_str,
+    timestamp,
     unreadable,
 )
 from gangsched.core.model import AffinityTerm
@@ -48,6 +49,7 @@ from gangsched.core.resourceclaims import (
 )
 
 __all__ = [
+    "EXTENDED_CLAIM",
     "MAX_COUNT",
     "DraError",
     "PodClaims",
@@ -176,6 +178,7 @@ def device_class_from(obj: object) -> DeviceClass | DraError:
             _selectors(spec.get("selectors"), "spec.selectors"),
             _config(spec.get("config"), "spec.config", None),
             "" if extended is None else nonempty_str(extended, "spec.extendedResourceName"),
+            timestamp(meta.get("creationTimestamp")),
         )
     except (SpecError, QuantityError, TypeError, ValueError) as e:
         return DraError(name, str(e))
@@ -609,6 +612,27 @@ def _reserved_for(v: object, field: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+
+
+def _made_for(meta: Obj) -> str:
+    """The uid of the pod whose extended resources the claim serves: annotated
+    ``resource.kubernetes.io/extended-resource-claim: "true"`` and controlled by the pod (as
+    kube-scheduler finds such a claim); '' otherwise."""
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict) or annotations.get(EXTENDED_CLAIM) != "true":
+        return ""
+    for ref in as_list(meta.get("ownerReferences"), "metadata.ownerReferences"):
+        if (
+            isinstance(ref, dict)
+            and ref.get("kind") == "Pod"
+            and ref.get("controller") is True
+            and isinstance(ref.get("uid"), str)
+        ):
+            return str(ref["uid"])
+    return ""
+
+
 def resource_claim_from(obj: object) -> Claim | DraError:
     """A ResourceClaim: its requests and constraints, its allocation when one was written (on
     one node), and the uids it is reserved for."""
@@ -635,6 +659,7 @@ def resource_claim_from(obj: object) -> Claim | DraError:
             for i, c in enumerate(as_list(devices.get("constraints"), "spec.devices.constraints"))
         )
         status = as_map(m.get("status"), "status")
+        made_for = _made_for(meta)
         alloc = status.get("allocation")
         allocation = None if alloc is None else _allocation(alloc, "status.allocation")
         return Claim(
@@ -647,6 +672,7 @@ def resource_claim_from(obj: object) -> Claim | DraError:
             _reserved_for(status.get("reservedFor"), "status.reservedFor"),
             deleting=bool(meta.get("deletionTimestamp")),
             config=_config(devices.get("config"), "spec.devices.config", set(names)),
+            made_for=made_for,
         )
     except (SpecError, QuantityError, TypeError, ValueError) as e:
         return DraError(key, str(e))

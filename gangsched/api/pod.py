@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gangsched.api.affinity import placement, pod_affinity
 from gangsched.api.dra import pod_claims
+from gangsched.api.extended import extended_asks, extended_claim_name
 from gangsched.api.fields import (
     Obj,
     SpecError,
@@ -229,13 +230,27 @@ def _pod_from(obj: Obj) -> PodRead:
         read = pod_claims(spec, status, ns)
         pod.resource_claims, pod.claims_waiting = read.keys, read.waiting
 
+    def extended() -> None:
+        pod.extended = extended_asks(spec)
+        pod.extended_claim = extended_claim_name(status)
+
     def topology() -> None:
         pod.index = completion_index(annotations, labels)
         pod.domain = kueue_domain(annotations)
 
     # Each part on its own, so that one bad field leaves the others read (a bound pod with a
     # bad spread constraint still holds its host ports) and every problem is reported.
-    for part in (resources, constraints, ports, gates, volumes, refused, claims, topology):
+    for part in (
+        resources,
+        constraints,
+        ports,
+        gates,
+        volumes,
+        refused,
+        claims,
+        extended,
+        topology,
+    ):
         try:
             part()
         except (QuantityError, SpecError, TypeError, ValueError) as e:

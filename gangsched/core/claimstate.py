@@ -26,6 +26,7 @@ from gangsched.core.claimalloc import Allocated, Counters, allocate, reaches, se
 from gangsched.core.decisions import ClaimWrite
 from gangsched.core.model import Pod
 from gangsched.core.resourceclaims import (
+    CLASS_PREFIX,
     AllocationMode,
     Claim,
     ClaimAllocation,
@@ -96,6 +97,13 @@ class ClaimCatalog:
         self._tentative_on: dict[str, set[str]] = {}  # node -> its tentative claims
         self._holders: dict[str, set[str]] = {}  # tentative claim -> assumed pods using it
         self._held: dict[str, tuple[str, ...]] = {}  # assumed pod -> its claims
+        # pod uid -> the claim made in the API for its extended resources, and the one the
+        # core made and has not written yet (DRA extended resources, core/extended.py)
+        self._owned: dict[str, str] = {}
+        self._made: dict[str, str] = {}
+        # pod uid -> its request mappings (container, resource, request), written to the
+        # pod's status with the claim
+        self._mappings: dict[str, tuple[tuple[str, str, str], ...]] = {}
         # Tentative claims a binding decision carries (being written): never moved again.
         self._committed: set[str] = set()
         self.generation = 0
@@ -228,11 +236,60 @@ class ClaimCatalog:
         self.generation += 1
 
     def extended(self, resource: str) -> str:
-        """The DeviceClass that serves ``resource`` as a DRA extended resource, '' if none."""
+        """The DeviceClass that serves ``resource`` as a DRA extended resource, '' if none:
+        ``deviceclass.resource.kubernetes.io/<class>`` is the class's own; of the classes whose
+        ``extendedResourceName`` it is, the newest (the lower name when as new), as
+        kube-scheduler picks."""
+        if resource.startswith(CLASS_PREFIX):
+            name = resource[len(CLASS_PREFIX) :]
+            return name if name in self.classes else ""
+        best: DeviceClass | None = None
         for cls in self.classes.values():
-            if cls.extended_resource == resource:
-                return cls.name
-        return ""
+            if cls.extended_resource == resource and (
+                best is None
+                or cls.created > best.created
+                or (cls.created == best.created and cls.name < best.name)
+            ):
+                best = cls
+        return "" if best is None else best.name
+
+    # ---- claims made for pods' extended resources -----------------------------------------
+    def owned(self, uid: str) -> str:
+        """The key of the claim made in the API for the pod's extended resources (by this
+        scheduler or kube-scheduler), '' when the watch has shown none."""
+        return self._owned.get(uid, "")
+
+    def map_requests(self, uid: str, mappings: tuple[tuple[str, str, str], ...]) -> None:
+        """Which of the pod's containers use which request of its extended resources' claim
+        (none: the pod has no such claim any more)."""
+        if mappings:
+            self._mappings[uid] = mappings
+        else:
+            self._mappings.pop(uid, None)
+
+    def make(self, claim: Claim) -> None:
+        """A claim the core makes for a pod's extended resources (``Claim.unwritten``): it is
+        allocated like any other, and created in the API when its pod binds."""
+        assert claim.made_for
+        old = self._made.get(claim.made_for)
+        if old is not None and old != claim.key:
+            self.retire(claim.made_for)
+        if self.claims.get(claim.key) != claim:
+            self.claims[claim.key] = claim
+            self.generation += 1
+        self._made[claim.made_for] = claim.key
+
+    def retire(self, uid: str) -> None:
+        """The claim the core made for the pod is done with: the pod is gone, or the claim
+        created for it in the API now holds the devices (as watched)."""
+        key = self._made.pop(uid, None)
+        if key is None:
+            return
+        self._drop_tentative(key)
+        self._committed.discard(key)
+        self._holders.pop(key, None)
+        self.claims.pop(key, None)
+        self.generation += 1
 
     def refuse_class(self, name: str, reason: str) -> None:
         """The DeviceClass exists but cannot be used: no claim of it is allocated."""
@@ -279,6 +336,10 @@ class ClaimCatalog:
         if old is not None and old.allocation is not None:
             self._unallocate(old.key, old.allocation)
         self.claims[claim.key] = claim
+        if claim.made_for:
+            self._owned[claim.made_for] = claim.key
+            if claim.allocation is not None:
+                self.retire(claim.made_for)  # written: it holds the devices now
         if claim.allocation is not None:
             self._hold(claim)
             self._drop_tentative(claim.key)  # written: the record now says it
@@ -289,6 +350,8 @@ class ClaimCatalog:
     def remove_claim(self, key: str) -> None:
         self.refused_claims.pop(key, None)
         old = self.claims.pop(key, None)
+        if old is not None and old.made_for and self._owned.get(old.made_for) == key:
+            del self._owned[old.made_for]
         if old is not None and old.allocation is not None:
             self._unallocate(key, old.allocation)
         self.generation += 1
@@ -684,7 +747,15 @@ class ClaimCatalog:
                         reserve.setdefault(key, [])
                     continue
                 pods = tuple(sorted(self._holders.get(key, ())))
-                out[key] = ClaimWrite(key, claim.uid, alloc, pods)
+                out[key] = ClaimWrite(
+                    key,
+                    claim.uid,
+                    alloc,
+                    pods,
+                    claim.made_for,
+                    self._mappings.get(claim.made_for, ()) if claim.made_for else (),
+                    claim if claim.unwritten else None,
+                )
                 if key not in self._committed:
                     self._committed.add(key)
                     # its devices are fixed from now on: what was found to fit there before
@@ -693,7 +764,14 @@ class ClaimCatalog:
         for key, pods_ in reserve.items():
             claim = self.claims[key]
             assert claim.allocation is not None
-            out[key] = ClaimWrite(key, claim.uid, claim.allocation, tuple(sorted(pods_)))
+            out[key] = ClaimWrite(
+                key,
+                claim.uid,
+                claim.allocation,
+                tuple(sorted(pods_)),
+                claim.made_for,
+                self._mappings.get(claim.made_for, ()) if claim.made_for else (),
+            )
         return tuple(out[k] for k in sorted(out))
 
     # ---- capacity, for the gang pre-check ----------------------------------------------------

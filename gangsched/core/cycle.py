@@ -21,7 +21,7 @@ from gangsched.core.domains import candidate_domains, fallback_levels, slices_of
 from gangsched.core.gang import Gang, Holdings, shortfall
 from gangsched.core.model import DomainConstraint, GangMode, Pod
 from gangsched.core.nodefinder import NodeFinder
-from gangsched.core.plugins.dynamic_resources import dra_only
+from gangsched.core.plugins.dynamic_resources import dra_note
 from gangsched.core.queue import Wake
 from gangsched.core.resources import ResourceList, format_amount
 from gangsched.core.snapshot import CycleSnapshot
@@ -398,7 +398,7 @@ class GangCycle:
         if not short:
             return self._device_shortage(gang, h, need)
         res, amount, free = short
-        dra = dra_only(self._cache, h.pending[0]) if self._cache.resource_claims.classes else ""
+        dra = dra_note(self._cache, h.pending[0]) if self._cache.resource_claims.classes else ""
         return (
             f"needs {format_amount(res, amount)} {res} for {need} more member(s) "
             f"(minMember {spec.min_member}); {format_amount(res, max(free, 0))} free "

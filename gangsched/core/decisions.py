@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gangsched.core.model import Pod
-from gangsched.core.resourceclaims import ClaimAllocation
+from gangsched.core.resourceclaims import Claim, ClaimAllocation
 
 __all__ = [
     "BindGang",
@@ -73,6 +73,13 @@ class ClaimWrite:
     uid: str
     allocation: ClaimAllocation
     pods: tuple[str, ...]
+    # DRA extended resources: the claim serves the extended resources of the pod ``made_for``
+    # (uid), whose ``status.extendedResourceClaimStatus`` is then written to name it, with
+    # ``mappings`` (container, resource, request); ``create``: the claim as the core made
+    # it, to be created first (``claim`` is then its generateName)
+    made_for: str = ""
+    mappings: tuple[tuple[str, str, str], ...] = ()
+    create: Claim | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from gangsched.core.resources import ResourceList
 __all__ = [
     "AffinityTerm",
     "DomainConstraint",
+    "ExtendedAsk",
     "GangMode",
     "GangSpec",
     "HostPort",
@@ -253,6 +254,20 @@ class DomainConstraint:
         return ", ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class ExtendedAsk:
+    """What a pod asks of one extended resource (``nvidia.com/gpu``,
+    ``deviceclass.resource.kubernetes.io/<class>``) in the form a ResourceClaim would ask it,
+    should a DeviceClass serve the resource through Dynamic Resource Allocation (DRA extended
+    resources, KEP-5004), laid out as kube-scheduler v1.36 lays it out: the device requests
+    (``container-<i>-request-<j>``, with their counts) and which container uses which request
+    (the pod's ``status.extendedResourceClaimStatus.requestMappings``)."""
+
+    resource: str
+    requests: tuple[tuple[str, int], ...]
+    mappings: tuple[tuple[str, str], ...]  # (container, request)
+
+
 @dataclass(slots=True)
 class Pod:
     uid: str
@@ -299,6 +314,17 @@ class Pod:
     # template (kube-controller-manager's resourceclaim controller names it in the pod's
     # status); empty when every claim is named.
     claims_waiting: str = ""
+    # Extended resources the pod asks for, laid out as a claim would ask them: a DeviceClass
+    # that serves one through DRA turns it into a claim (core/extended.py).
+    extended: tuple[ExtendedAsk, ...] = ()
+    # status.extendedResourceClaimStatus.resourceClaimName: the claim made for them, once
+    # one was written for the pod.
+    extended_claim: str = ""
+    # Set by the core when a DeviceClass serves some of ``extended`` (core/extended.py): the
+    # key of the claim among ``resource_claims`` that asks for them, and the requests as
+    # asked (``requests`` then leaves those resources out).
+    extended_key: str = ""
+    requests_asked: ResourceList | None = None
     # The devices this pod's GPUs were recorded on (Koordinator's device-allocated
     # annotation), by index; empty when none is recorded.
     gpu_devices: tuple[int, ...] = ()

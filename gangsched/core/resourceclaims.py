@@ -31,6 +31,7 @@ from enum import StrEnum
 from gangsched.core.model import AffinityTerm
 
 __all__ = [
+    "CLASS_PREFIX",
     "AllocationMode",
     "Claim",
     "ClaimAllocation",
@@ -55,6 +56,9 @@ class Version(str):
 
     __slots__ = ()
 
+
+# The extended resource every DeviceClass serves, whatever its spec says (KEP-5004).
+CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 # A partitionable pool's counter: (driver, pool, counter set, counter, total).
 CounterTotal = tuple[str, str, str, str, int]
@@ -174,9 +178,12 @@ class DeviceClass:
     name: str
     selectors: tuple[Selector, ...] = ()
     config: tuple[ConfigEntry, ...] = ()
-    # spec.extendedResourceName: pods asking this extended resource may be served by devices
-    # of this class (KEP-5004), which gangsched does not do yet (refused by name)
+    # spec.extendedResourceName: pods asking this extended resource are served by devices of
+    # this class on nodes that do not offer it as allocatable (KEP-5004, core/extended.py)
     extended_resource: str = ""
+    # metadata.creationTimestamp: of two classes naming the same extended resource, the newer
+    # serves it (the name breaks a tie), as kube-scheduler picks
+    created: float = 0.0
 
 
 class AllocationMode(StrEnum):
@@ -266,6 +273,16 @@ class Claim:
     deleting: bool = False
     # spec.devices.config, copied into the allocation (with the classes' config)
     config: tuple[ConfigEntry, ...] = ()
+    # the uid of the pod whose extended resources it serves (DRA extended resources: the
+    # claim kube-scheduler or gangsched made for the pod, annotated
+    # resource.kubernetes.io/extended-resource-claim and owned by the pod); '' for others
+    made_for: str = ""
+
+    @property
+    def unwritten(self) -> bool:
+        """Made by the core for a pod's extended resources, not created in the API yet: its
+        name is the ``generateName`` it will be created with."""
+        return not self.uid and self.name.endswith("-")
 
     @property
     def key(self) -> str:

@@ -27,6 +27,7 @@ from gangsched.core.decisions import (
     DeviceConflict,
     pod_ref,
 )
+from gangsched.core.extended import ExtendedResources
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending
 from gangsched.core.gpu import MILLI
 from gangsched.core.lifecycle import Lifecycle
@@ -116,6 +117,9 @@ class Scheduler:
         self.clock = clock
         self.cache = ClusterCache()
         self.cache.on_assumption = self._assumption_changed
+        # DRA extended resources: requests a DeviceClass serves become claims (core/extended.py)
+        self.extended = ExtendedResources(self.cache)
+        self._extended_state: tuple[tuple[str, str], ...] = ()
         # The gangs, their specs and the queue (core/steps/book.py), shared by the steps.
         self.book = book = GangBook(config, clock)
         self.gangs = book.gangs
@@ -196,6 +200,7 @@ class Scheduler:
 
     def node_upsert(self, node: Node) -> None:
         self.cache.upsert_node(node)
+        self._extended_changed()
         self.queue.wake(Wake.CLUSTER)
 
     def node_delete(self, name: str) -> list[Decision]:
@@ -203,6 +208,7 @@ class Scheduler:
         retried; bindings already sent are left to their outcome (``bind_failed`` or the
         pod's update), so no pod is ever placed twice."""
         lost = set(self.cache.remove_node(name))
+        self._extended_changed()
         out: list[Decision] = []
         for key in self.permit.waiting_gangs():
             wg = self.permit.get(key)
@@ -281,6 +287,7 @@ class Scheduler:
 
     def device_class_upsert(self, device_class: DeviceClass) -> None:
         self.cache.resource_claims.upsert_class(device_class)
+        self._extended_changed()
         self.queue.wake(Wake.CLUSTER)
 
     def device_class(self, name: str) -> DeviceClass | None:
@@ -289,14 +296,21 @@ class Scheduler:
 
     def device_class_delete(self, name: str) -> None:
         self.cache.resource_claims.remove_class(name)
+        self._extended_changed()
 
     def device_class_refused(self, name: str, reason: str) -> None:
         """A DeviceClass the reader refused (naming the field): claims of it wait, saying so."""
         self.cache.resource_claims.refuse_class(name, reason)
+        self._extended_changed()
         self.queue.wake(Wake.CLUSTER)
 
     def resource_claim_upsert(self, claim: ResourceClaim) -> None:
-        self.cache.resource_claims.upsert_claim(claim)
+        catalog = self.cache.resource_claims
+        owner = claim.made_for
+        was = catalog.owned(owner) if owner else ""
+        catalog.upsert_claim(claim)
+        if owner and was != claim.key:
+            self._reapply(owner)  # the claim made for the pod's extended resources
         self.queue.wake(Wake.CLUSTER)
 
     def device_holder(self, node: str, device: DeviceId) -> str:
@@ -310,8 +324,31 @@ class Scheduler:
         self.queue.wake(Wake.CLUSTER)
 
     def resource_claim_delete(self, key: str) -> None:
-        self.cache.resource_claims.remove_claim(key)
+        catalog = self.cache.resource_claims
+        old = catalog.claims.get(key)
+        catalog.remove_claim(key)
+        if old is not None and old.made_for:
+            self._reapply(old.made_for)
         self.queue.wake(Wake.CLUSTER)
+
+    def _reapply(self, uid: str) -> None:
+        """The pod's extended resources are asked through another claim now: it is taken in
+        again as last read."""
+        pod = self.cache.pods.get(uid)
+        if pod is not None and pod.extended:
+            self.pod_upsert(pod)
+
+    def _extended_changed(self) -> None:
+        """Which DeviceClass serves the extended resources pods ask for may have changed (a
+        class, or whether a ready node offers them): the pods asking are taken in again."""
+        if not self.extended.asking:
+            return
+        state = self.extended.state()
+        if state == self._extended_state:
+            return
+        self._extended_state = state
+        for uid in list(self.extended.asking):
+            self._reapply(uid)
 
     def _storage_changed(self, changed: bool) -> None:
         if changed:
@@ -319,6 +356,8 @@ class Scheduler:
 
     # ---- events: pods ------------------------------------------------------------------
     def pod_upsert(self, pod: Pod) -> None:
+        if pod.extended or pod.uid in self.extended.asking:
+            pod = self.extended.apply(pod, pod.scheduler_name == self.config.scheduler_name)
         self.evictions.seen(pod, self.clock.now())
         if pod.uid in self.evicting:
             pod = replace(pod, deleting=True)  # until the watch says so
@@ -388,6 +427,7 @@ class Scheduler:
     def pod_delete(self, uid: str) -> None:
         self.started.pop(uid, None)
         self.evictions.gone(uid)
+        self.extended.gone(uid)
         pod = self.cache.pods.get(uid)
         counted = bool(self.cache.node_of(uid))
         self.cache.remove_pod(uid)

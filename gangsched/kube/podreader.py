@@ -93,6 +93,7 @@ class PodReader:
             _resize_state(status),
             # the claims made from templates are named here, without a new generation
             status.get("resourceClaimStatuses"),
+            status.get("extendedResourceClaimStatus"),
         )
         last = self._read.get(uid)
         if last is None or last[0] != key:

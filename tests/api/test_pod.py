@@ -10,7 +10,7 @@ import pytest
 
 from gangsched.api.membership import Source
 from gangsched.api.pod import pod_from
-from gangsched.core.model import HostPort, Placement, Pod, PodPhase, Toleration
+from gangsched.core.model import ExtendedAsk, HostPort, Placement, Pod, PodPhase, Toleration
 from tests.api.objects import (
     CREATED,
     CREATED_TS,
@@ -50,6 +50,12 @@ def test_pod_realistic() -> None:
         invalid_reason="",
         labels=POD["metadata"]["labels"],
         resource_version="1201934",
+        # as a claim would ask the GPU, should a DeviceClass serve nvidia.com/gpu
+        extended=(
+            ExtendedAsk(
+                GPU, (("container-0-request-2", 1),), (("pytorch", "container-0-request-2"),)
+            ),
+        ),
     )
     assert membership.key == "ml/train"
     assert membership.source == Source.GANGSCHED

@@ -232,23 +232,6 @@ def test_a_gang_short_of_devices_says_how_many_of_which_class_before_any_search(
     )
 
 
-def test_an_extended_resource_served_only_through_dra_is_refused_naming_the_class() -> None:
-    """KEP-5004: kube-scheduler would allocate a claim for it; gangsched says it does not."""
-    h = cluster(("n1", devices("n1", 2)))
-    h.s.device_class_upsert(DeviceClass("gpu.example.com", extended_resource="nvidia.com/gpu"))
-    h.add(pod("lone", gpus=1))
-    h.gang("ml/g", 2)
-    h.add(*members("ml/g", 2, gpus=1))
-    out = h.run(confirm=False)
-    why = {u.gang: u.message for u in out if isinstance(u, GangUnschedulable)}
-    expected = (
-        "nvidia.com/gpu is served on this cluster only through Dynamic Resource Allocation "
-        "(DeviceClass gpu.example.com, spec.extendedResourceName)"
-    )
-    assert all(expected in m for m in why.values()), why
-    assert len(why) == 2
-
-
 def test_pods_with_claims_are_packed_onto_the_fullest_node_that_fits() -> None:
     """As whole GPUs counted by nvidia.com/gpu are (GPUBinPack): partly used nodes fill first
     and whole nodes stay free for large gangs; the emptier node is not preferred for its CPU."""

@@ -553,6 +553,9 @@ ALLOWED: list[tuple[str, ...]] = [
     ("get", "resourceclaims.resource.k8s.io"),
     ("update", "resourceclaims.resource.k8s.io"),
     ("update", "resourceclaims.resource.k8s.io", "--subresource=status"),
+    # DRA extended resources: the claim made for a pod, and deleted if the pod does not bind
+    ("create", "resourceclaims.resource.k8s.io"),
+    ("delete", "resourceclaims.resource.k8s.io"),
     ("list", "nodes"),
     ("watch", "nodes"),
     ("list", "namespaces"),
@@ -595,9 +598,8 @@ ALLOWED: list[tuple[str, ...]] = [
 ]
 
 DENIED: list[tuple[str, ...]] = [
-    ("create", "resourceclaims.resource.k8s.io"),
-    ("delete", "resourceclaims.resource.k8s.io"),
     ("patch", "resourceclaims.resource.k8s.io"),
+    ("deletecollection", "resourceclaims.resource.k8s.io"),
     ("update", "resourceslices.resource.k8s.io"),
     ("create", "deviceclasses.resource.k8s.io"),
     ("create", "resourceclaimtemplates.resource.k8s.io"),

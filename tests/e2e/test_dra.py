@@ -107,6 +107,26 @@ class Driver:
         )
         self.made.append(("resourceslice", name))
 
+    def extended_class(self, resource: str) -> str:
+        """A second DeviceClass of the driver's devices that serves the extended resource
+        ``resource`` (DRA extended resources): pods asking for it get their devices through
+        a claim the scheduler makes."""
+        name = f"{self.name}.extended"
+        create(
+            self.cp,
+            {
+                "apiVersion": RESOURCE,
+                "kind": "DeviceClass",
+                "metadata": {"name": name},
+                "spec": {
+                    "selectors": [{"cel": {"expression": f'device.driver == "{self.name}"'}}],
+                    "extendedResourceName": resource,
+                },
+            },
+        )
+        self.made.append(("deviceclass", name))
+        return name
+
     def template(self, name: str, count: int = 1) -> None:
         create(
             self.cp,
@@ -701,3 +721,186 @@ def test_a_gang_binds_only_once_its_devices_report_their_binding_conditions(
     )
     first_binding = min(rv(p) for p in pod_watch.objects() if p["spec"].get("nodeName"))
     assert first_binding > reported
+
+
+def extended_pod(name: str, ns: str, resource: str, n: int, sel: dict[str, str], **kw: Any) -> Any:
+    body = pod(name, ns, gpus=0, selector=sel, **kw)
+    res = body["spec"]["containers"][0]["resources"]
+    res["requests"][resource] = str(n)
+    res["limits"][resource] = str(n)
+    return body
+
+
+def test_pods_asking_an_extended_resource_get_claims_made_before_they_bind(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    driver: Driver,
+    dra_nodes: Callable[[int, int], dict[str, str]],
+    watches: Callable[[str], Watch],
+) -> None:
+    """DRA extended resources: a gang of 4 pods asking ``<ns>.example.com/gpu: 1`` (served by
+    a DeviceClass, offered as allocatable by no node) binds whole; each pod's claim was made
+    by gangsched (annotated, owned by the pod), allocated on its node and reserved for it,
+    and the pod's status named it, before the first member bound. A pod that does not fit
+    then gets no claim."""
+    cp = claims_controller
+    sel = dra_nodes(2, 2)
+    resource = f"{ns}.example.com/gpu"
+    driver.extended_class(resource)
+    pod_watch, claim_watch = watches("pods"), watches("resourceclaims")
+    create(cp, podgroup("ext", ns, 4))
+    for i in range(4):
+        create(cp, extended_pod(f"ext-{i}", ns, resource, 1, sel, group="ext"))
+    wait_for("the gang of 4 bound", lambda: len(bound(cp, ns)) == 4, timeout=STEP)
+
+    wait_for(
+        "the watches to show the 4 bindings and claims",
+        lambda: (
+            len({p["metadata"]["name"] for p in pod_watch.objects() if p["spec"].get("nodeName")})
+            == 4
+            and len({c["metadata"]["name"] for c in claim_watch.objects() if devices_of(c)}) >= 4
+        ),
+    )
+    first_binding = min(rv(p) for p in pod_watch.objects() if p["spec"].get("nodeName"))
+    ready: dict[str, dict[str, Any]] = {}
+    for c in claim_watch.objects():
+        if devices_of(c) and (c.get("status") or {}).get("reservedFor"):
+            ready.setdefault(c["metadata"]["name"], c)
+    assert len(ready) == 4 and max(rv(c) for c in ready.values()) < first_binding
+    at_binding: dict[str, dict[str, Any]] = {}
+    for p in pod_watch.objects():
+        if p["spec"].get("nodeName"):
+            at_binding.setdefault(p["metadata"]["name"], p)
+    for name, p in at_binding.items():
+        status = p["status"].get("extendedResourceClaimStatus")
+        assert status, f"pod {name} bound before its status named its claim"
+        claim = ready[status["resourceClaimName"]]
+        assert status["requestMappings"] == [
+            {
+                "containerName": "main",
+                "resourceName": resource,
+                # (cpu, memory and the resource, sorted: the resource is the third name)
+                "requestName": "container-0-request-2",
+            }
+        ]
+        meta = claim["metadata"]
+        assert meta["name"].startswith(f"{name}-extended-resources-")
+        assert meta["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+        [owner] = meta["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == (
+            "Pod",
+            p["metadata"]["uid"],
+            True,
+        )
+        assert allocated_node(claim) == p["spec"]["nodeName"]
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [p["metadata"]["uid"]]
+        [request] = claim["spec"]["devices"]["requests"]
+        assert request["exactly"]["deviceClassName"] == f"{driver.name}.extended"
+    no_device_twice(list(ready.values()))
+
+    # every device is taken: one more pod waits, and no claim is made for it
+    create(cp, podgroup("more", ns, 1))
+    create(cp, extended_pod("more-0", ns, resource, 1, sel, group="more"))
+    wait_for(
+        "the fifth pod reported unschedulable",
+        lambda: "device" in unbound_reason(pods(cp, ns)["more-0"]),
+        timeout=STEP,
+    )
+    assert not [n for n in claims(cp, ns) if n.startswith("more-0-")]
+    assert len(claims(cp, ns)) == 4
+
+
+def _shapes(resource: str, implicit: str) -> dict[str, dict[str, Any]]:
+    """Pod specs (containers only) whose extended resources lay out differently: init
+    containers that reuse later containers' devices, a sidecar, two resources."""
+
+    def c(name: str, n: int = 0, other: int = 0, sidecar: bool = False) -> dict[str, Any]:
+        req: dict[str, str] = {"cpu": "100m", "memory": "64Mi"}
+        if n:
+            req[resource] = str(n)
+        if other:
+            req[implicit] = str(other)
+        lim = {k: v for k, v in req.items() if k not in ("cpu", "memory")}
+        body: dict[str, Any] = {
+            "name": name,
+            "image": "registry.invalid/train:1",
+            "resources": {"requests": req, "limits": lim},
+        }
+        if sidecar:
+            body["restartPolicy"] = "Always"
+        return body
+
+    return {
+        "plain": {"containers": [c("main", 2)]},
+        "init-reuses": {"initContainers": [c("prep", 3)], "containers": [c("main", 1)]},
+        "sidecar": {
+            "initContainers": [c("side", 1, sidecar=True), c("prep", 2)],
+            "containers": [c("main", 1)],
+        },
+        "two-inits": {
+            "initContainers": [c("a", 1), c("b", 2)],
+            "containers": [c("main"), c("helper", 1)],
+        },
+        "two-resources": {"containers": [c("main", 1, other=1), c("aux", 1)]},
+    }
+
+
+def test_extended_resource_claims_are_laid_out_as_kube_scheduler_lays_them_out(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    driver: Driver,
+    dra_nodes: Callable[[int, int], dict[str, str]],
+    tmp_path: Path,
+) -> None:
+    """Differential, against kube-scheduler v1.36's DynamicResources plugin: for each pod
+    shape, the claim gangsched makes asks the same devices under the same request names, and
+    the pod's status maps the same containers to them."""
+    cp = claims_controller
+    if not KubeScheduler.available(cp):
+        pytest.skip("kube-scheduler is not built (hack/control-plane.sh builds it)")
+    sel = dra_nodes(4, 8)
+    resource = f"{ns}.example.com/gpu"
+    extended_class = driver.extended_class(resource)
+    implicit = f"deviceclass.resource.kubernetes.io/{driver.name}"
+    shapes = _shapes(resource, implicit)
+    ks = KubeScheduler(cp, tmp_path / "kube-scheduler.log").start()
+    try:
+        for shape, containers in shapes.items():
+            for who, scheduler in (("gs", "gangsched"), ("ks", "default-scheduler")):
+                body = pod(f"{who}-{shape}", ns, gpus=0, selector=sel, scheduler=scheduler)
+                body["spec"].pop("containers")
+                body["spec"].update(containers)
+                create(cp, body)
+        wait_for("every pod bound", lambda: len(bound(cp, ns)) == 2 * len(shapes), timeout=STEP)
+        now = pods(cp, ns)
+        made = claims(cp, ns)
+        no_device_twice(list(made.values()))
+
+        def layout(name: str) -> tuple[Any, ...]:
+            p = now[name]
+            status = p["status"]["extendedResourceClaimStatus"]
+            claim = made[status["resourceClaimName"]]
+            assert allocated_node(claim) == p["spec"]["nodeName"]
+            owner = claim["metadata"]["ownerReferences"][0]
+            assert owner["uid"] == p["metadata"]["uid"] and owner["controller"] is True
+            requests = [
+                (r["name"], r["exactly"]["deviceClassName"], r["exactly"]["count"])
+                for r in claim["spec"]["devices"]["requests"]
+            ]
+            mappings = [
+                (m["containerName"], m["resourceName"], m["requestName"])
+                for m in status["requestMappings"]
+            ]
+            return requests, mappings, len(devices_of(claim))
+
+        for shape in shapes:
+            ours, theirs = layout(f"gs-{shape}"), layout(f"ks-{shape}")
+            assert ours == theirs, (shape, ours, theirs)
+        assert {c for r in layout("gs-two-resources")[0] for c in r[1:2]} == {
+            extended_class,
+            driver.name,
+        }
+    finally:
+        ks.stop()

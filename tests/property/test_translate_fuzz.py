@@ -40,6 +40,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
@@ -75,6 +76,7 @@ from gangsched.core.model import (
     TopologySpec,
     WeightedPodAffinityTerm,
 )
+from gangsched.core.quantity import parse_quantity
 
 # One bug per test is reported (and shrunk): several distinct ones would make a failing run
 # shrink each of them, far over this file's time budget.
@@ -1443,9 +1445,30 @@ def test_valid_pod_translates_exactly(case: tuple[Obj, Pod]) -> None:
     pod, membership = pod_from(obj)
     assert pod.invalid_reason == ""
     assert pod.requests == expected.requests
-    assert pod == expected
+    check_extended(obj, pod)
+    assert replace(pod, extended=()) == expected
     assert membership.error == ""
     check_pod(obj, pod, membership)
+
+
+def check_extended(obj: Obj, pod: Pod) -> None:
+    """The layout of the pod's extended resources as a claim would ask them (compared with
+    kube-scheduler's own in tests/e2e/test_dra.py): one entry per extended resource some
+    container asks a whole, positive amount of; request names unique; every mapping names a
+    container that asks the resource and a request of it."""
+    spec = obj["spec"]
+    containers = [*(spec.get("initContainers") or []), *spec["containers"]]
+    asked: dict[str, set[str]] = {}
+    for c in containers:
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            if "/" in k and "kubernetes.io/" not in k and parse_quantity(v) > 0:
+                asked.setdefault(k, set()).add(c["name"])
+    assert [a.resource for a in pod.extended] == sorted(asked)
+    for a in pod.extended:
+        names = [n for n, _ in a.requests]
+        assert len(set(names)) == len(names) and all(n > 0 for _, n in a.requests)
+        assert {r for _, r in a.mappings} <= set(names)
+        assert {c for c, _ in a.mappings} == asked[a.resource]
 
 
 IN_TREE_VOLUMES = [
@@ -1507,6 +1530,7 @@ def test_unsupported_fields_are_named_and_refused(
     if "spec.hostUsers" in named:  # hostNetwork turned on: container ports became host ports
         pod.host_ports = expected.host_ports
     pod.unsupported = ""
+    pod.extended = ()
     expected.volumes = PodVolumes(
         expected.volumes.claims, expected.volumes.inline_csi, expected.volumes.ephemeral
     )

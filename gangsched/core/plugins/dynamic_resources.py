@@ -14,23 +14,23 @@ from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.framework import SKIP, SUCCESS, Code, CycleState, Status
 from gangsched.core.model import Pod
 
-__all__ = ["DynamicResources", "dra_only"]
+__all__ = ["DynamicResources", "dra_note"]
 
 
-def dra_only(cache: ClusterCache, pod: Pod) -> str:
-    """Why the pod cannot be placed when it asks for an extended resource that no ready node
-    offers as allocatable but a DeviceClass serves through DRA (``spec.extendedResourceName``,
-    KEP-5004): kube-scheduler would allocate a claim for it, which gangsched does not do yet.
-    '' otherwise."""
+def dra_note(cache: ClusterCache, pod: Pod) -> str:
+    """What to add when the pod is short of an extended resource that a DeviceClass also
+    serves through Dynamic Resource Allocation (``spec.extendedResourceName``, KEP-5004) while
+    some ready node offers it as allocatable: the pod is placed on those nodes, and asks for it
+    through a claim only once none does (core/extended.py). '' otherwise."""
     for resource in pod.requests:
-        if "/" not in resource or cache.total_allocatable.get(resource, 0) > 0:
+        if "/" not in resource or cache.total_allocatable.get(resource, 0) <= 0:
             continue
         cls = cache.resource_claims.extended(resource)
         if cls:
             return (
-                f"{resource} is served on this cluster only through Dynamic Resource Allocation "
-                f"(DeviceClass {cls}, spec.extendedResourceName); DRA extended resources are "
-                "not supported by gangsched yet: ask for the devices with spec.resourceClaims"
+                f"DeviceClass {cls} also serves {resource} through Dynamic Resource "
+                f"Allocation; gangsched asks for it through a claim only once no ready node "
+                "offers it as allocatable"
             )
     return ""
 
@@ -46,10 +46,6 @@ class DynamicResources:
         self._catalog = cache.resource_claims
 
     def pre_filter(self, pod: Pod, state: CycleState) -> Status:
-        if self._catalog.classes:
-            why = dra_only(self._cache, pod)
-            if why:
-                return Status(Code.UNRESOLVABLE, why)
         if not pod.resource_claims and not pod.claims_waiting:
             return SKIP
         why = self._catalog.why_not(pod)

@@ -50,12 +50,12 @@ import copy
 import json
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
 
-from gangsched.api.dra import resource_claim_from
+from gangsched.api.dra import EXTENDED_CLAIM, resource_claim_from
 from gangsched.core.decisions import ClaimWrite
 from gangsched.core.model import AffinityTerm, Requirement
 from gangsched.core.resourceclaims import Claim, ClaimAllocation, DeviceClass, DeviceId
@@ -83,17 +83,62 @@ BINDING_TIMEOUT = 600.0  # seconds, as kube-scheduler's DynamicResources binding
 
 @dataclass(frozen=True, slots=True)
 class Written:
-    """A claim this attempt wrote: whether it allocated it, and the pods it added."""
+    """A claim this attempt wrote: whether it allocated it, and the pods it added;
+    ``created``: it made the claim (for a pod's extended resources), so undoing deletes it."""
 
     claim: str
     uid: str
     allocated: bool
     added: tuple[str, ...]
+    created: bool = False
 
 
 def _path(key: str) -> str:
     ns, _, name = key.partition("/")
     return f"{API}/namespaces/{ns}/resourceclaims/{name}"
+
+
+def extended_claim_json(claim: Claim, pod_name: str) -> JSON:
+    """The ResourceClaim for a pod's extended resources, as kube-scheduler v1.36 creates it:
+    named ``<pod>-extended-resources-<random>``, annotated
+    ``resource.kubernetes.io/extended-resource-claim: "true"``, controlled by the pod (so it
+    goes with the pod), with the core's requests; the finalizer is set at once (the claim is
+    allocated next)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "generateName": claim.name,
+            "namespace": claim.namespace,
+            "annotations": {EXTENDED_CLAIM: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod_name,
+                    "uid": claim.made_for,
+                    "controller": True,
+                }
+            ],
+            "finalizers": [FINALIZER],
+        },
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": r.name,
+                        "exactly": {
+                            "deviceClassName": r.exactly.device_class,
+                            "allocationMode": "ExactCount",
+                            "count": r.exactly.count,
+                        },
+                    }
+                    for r in claim.requests
+                    if r.exactly is not None
+                ]
+            }
+        },
+    }
 
 
 def _tolerations(obj: Mapping[str, Any]) -> dict[str, list[Any]]:
@@ -335,7 +380,9 @@ class ClaimWriter:
             await self.undo(done)
             return why, []
         self.written += len(done)
-        why = await self._await_binding_conditions(writes)
+        why = await self._await_binding_conditions(
+            [replace(w, claim=o.claim) for w, o in zip(writes, done, strict=True)]
+        )
         if why:
             log.warning("devices not ready for binding", error=why)
             await self.undo(done, deallocate=True)
@@ -380,6 +427,8 @@ class ClaimWriter:
             await asyncio.sleep(self._poll)
 
     async def _write(self, w: ClaimWrite, names: Mapping[str, str]) -> Written:
+        if w.create is not None:
+            return await self._create(w, names)
         obj = await self._current(w.claim)
         if obj is None:
             raise _WriteError(f"resource claim {w.claim} was deleted")
@@ -447,7 +496,78 @@ class ClaimWriter:
             allocated=allocate,
             reserved=len(added),
         )
-        return Written(w.claim, w.uid, allocate, added)
+        done = Written(w.claim, w.uid, allocate, added)
+        if w.made_for and w.mappings:
+            await self._name_in_pod(w, w.claim, names, done)
+        return done
+
+    async def _create(self, w: ClaimWrite, names: Mapping[str, str]) -> Written:
+        """A claim the core made for a pod's extended resources: created (with the
+        finalizer), then allocated and reserved for the pod in one status write; then the
+        pod's status names it. Deleted again if a step fails."""
+        claim = w.create
+        assert claim is not None
+        pod_name = names.get(claim.made_for, "")
+        created = dict(
+            await self._client.post(
+                f"{API}/namespaces/{claim.namespace}/resourceclaims",
+                extended_claim_json(claim, pod_name),
+                fence=self._fence,
+            )
+        )
+        meta = created.get("metadata") or {}
+        key = f"{claim.namespace}/{meta.get('name', '')}"
+        done = Written(key, str(meta.get("uid", "")), True, tuple(w.pods), created=True)
+        try:
+            obj = copy.deepcopy(created)
+            obj["status"] = {
+                "allocation": {
+                    **allocation_json(
+                        w.allocation,
+                        set(),
+                        {},
+                        allocation_config(claim, w.allocation, self._class_of),
+                    ),
+                    "allocationTimestamp": rfc3339(time.time()),
+                },
+                "reservedFor": [
+                    {"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in w.pods
+                ],
+            }
+            await self._put(f"{_path(key)}/status", obj)
+            failpoints.reached("claims.written")
+            if w.mappings:
+                await self._name_in_pod(w, key, names, None)
+        except BaseException:
+            await self.undo([done])
+            raise
+        log.debug("resource claim created", claim=key, node=w.allocation.node)
+        return done
+
+    async def _name_in_pod(
+        self, w: ClaimWrite, key: str, names: Mapping[str, str], undo: Written | None
+    ) -> None:
+        """The pod's ``status.extendedResourceClaimStatus``: the claim serving its extended
+        resources and which container uses which request (the kubelet reads it)."""
+        ns, _, claim_name = key.partition("/")
+        body = {
+            "status": {
+                "extendedResourceClaimStatus": {
+                    "requestMappings": [
+                        {"containerName": c, "resourceName": r, "requestName": q}
+                        for c, r, q in w.mappings
+                    ],
+                    "resourceClaimName": claim_name,
+                }
+            }
+        }
+        path = f"/api/v1/namespaces/{ns}/pods/{names.get(w.made_for, '')}/status"
+        try:
+            await self._client.merge_patch(path, body, fence=self._fence)
+        except BaseException:
+            if undo is not None:
+                await self.undo([undo])
+            raise
 
     async def undo(
         self,
@@ -475,6 +595,9 @@ class ClaimWriter:
 
     async def _undo_one(self, d: Written, gone: tuple[str, ...]) -> None:
         path = _path(d.claim)
+        if d.created:
+            await self._delete(d)
+            return
         for attempt in range(UNDO_TRIES):
             try:
                 obj = dict(await self._client.get(path))
@@ -508,6 +631,31 @@ class ClaimWriter:
                 log.info("resource claim write undone", claim=d.claim, pods=len(gone))
                 return
             except ApiError as e:
+                if e.status != 409 or attempt == UNDO_TRIES - 1:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+
+    async def _delete(self, d: Written) -> None:
+        """A claim this attempt created: its finalizer removed, then deleted (as
+        kube-scheduler deletes the claim it made when the pod does not bind)."""
+        path = _path(d.claim)
+        for attempt in range(UNDO_TRIES):
+            try:
+                obj = dict(await self._client.get(path))
+                meta = dict(obj.get("metadata") or {})
+                if meta.get("uid") != d.uid:
+                    return
+                finalizers = list(meta.get("finalizers") or [])
+                if FINALIZER in finalizers:
+                    finalizers.remove(FINALIZER)
+                    obj["metadata"] = {**meta, "finalizers": finalizers}
+                    await self._put(path, obj)
+                await self._client.request("DELETE", path, fence=self._fence)
+                log.info("resource claim made for a pod deleted", claim=d.claim)
+                return
+            except ApiError as e:
+                if e.status == 404:
+                    return
                 if e.status != 409 or attempt == UNDO_TRIES - 1:
                     raise
                 await asyncio.sleep(0.05 * (attempt + 1))

@@ -316,3 +316,87 @@ async def test_binding_conditions_not_met_in_time_undo_the_gang() -> None:
     assert rig.kube.sent("create", "/binding$") == []
     assert "binding conditions were not met within 0.05 s" in rig.failures["u1"]
     assert not rig.claim(0)["status"].get("allocation")
+
+
+# ---- DRA extended resources: the claim made for a pod --------------------------------------
+def _made(i: int) -> ClaimWrite:
+    from gangsched.core.resourceclaims import Claim, DeviceRequest, ExactRequest
+
+    request = DeviceRequest("container-0-request-2", ExactRequest(DRIVER, count=1))
+    claim = Claim("ml", f"p{i}-extended-resources-", "", (request,), made_for=f"u{i}")
+    alloc = ClaimAllocation("n1", (("container-0-request-2", DeviceId(DRIVER, "n1", f"gpu-{i}")),))
+    return ClaimWrite(
+        claim.key,
+        "",
+        alloc,
+        (f"u{i}",),
+        f"u{i}",
+        (("main", "nvidia.com/gpu", "container-0-request-2"),),
+        claim,
+    )
+
+
+def _made_claims(rig: Rig) -> list[dict[str, Any]]:
+    return [
+        c
+        for c in rig.kube.list_objects(CLAIMS)
+        if c["metadata"]["name"].startswith("p") and "-extended-resources-" in c["metadata"]["name"]
+    ]
+
+
+async def test_a_claim_made_for_a_pod_is_created_allocated_and_named_in_its_status() -> None:
+    rig = Rig(claims=0)
+    results = await rig.binder.bind_gang(_gang(2, _made(0), _made(1)))
+    assert all(r.ok for r in results)
+    made = {c["metadata"]["ownerReferences"][0]["uid"]: c for c in _made_claims(rig)}
+    assert set(made) == {"u0", "u1"}
+    for i in range(2):
+        c = made[f"u{i}"]
+        meta = c["metadata"]
+        assert meta["name"].startswith(f"p{i}-extended-resources-")
+        assert meta["annotations"] == {"resource.kubernetes.io/extended-resource-claim": "true"}
+        assert meta["ownerReferences"][0]["controller"] is True
+        assert FINALIZER in meta["finalizers"]
+        assert c["spec"]["devices"]["requests"] == [
+            {
+                "name": "container-0-request-2",
+                "exactly": {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 1},
+            }
+        ]
+        assert c["status"]["allocation"]["devices"]["results"][0]["device"] == f"gpu-{i}"
+        assert c["status"]["reservedFor"] == [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"}]
+        pod = rig.kube.get_object(f"{PODS}/p{i}")
+        assert pod is not None
+        assert pod["status"]["extendedResourceClaimStatus"] == {
+            "requestMappings": [
+                {
+                    "containerName": "main",
+                    "resourceName": "nvidia.com/gpu",
+                    "requestName": "container-0-request-2",
+                }
+            ],
+            "resourceClaimName": meta["name"],
+        }
+    order = [r.path for r in rig.kube.requests if r.verb in ("create", "update", "patch")]
+    first_binding = min(i for i, p in enumerate(order) if p.endswith("/binding"))
+    last_write = max(i for i, p in enumerate(order) if "/binding" not in p)
+    assert last_write < first_binding
+
+
+async def test_a_pod_status_that_cannot_be_written_deletes_every_claim_made() -> None:
+    rig = Rig(claims=0)
+    rig.kube.fail("patch", r"/pods/p1/status$", 500, message="etcd is unhappy")
+    results = await rig.binder.bind_gang(_gang(2, _made(0), _made(1)))
+    assert not any(r.ok for r in results)
+    assert rig.kube.sent("create", "/binding$") == []
+    assert _made_claims(rig) == []
+    assert set(rig.failures) == {"u0", "u1"}
+
+
+async def test_a_pod_that_does_not_bind_loses_the_claim_made_for_it() -> None:
+    rig = Rig(claims=0)
+    rig.kube.fail("create", r"/pods/p1/binding$", 404, times=None)
+    results = await rig.binder.bind_gang(_gang(2, _made(0), _made(1)))
+    assert [r.ok for r in results] == [True, False]
+    left = _made_claims(rig)
+    assert [c["metadata"]["ownerReferences"][0]["uid"] for c in left] == ["u0"]
