@@ -600,6 +600,26 @@ class ClaimCatalog:
             return 0.0
         return min(100.0, 100.0 * (total - untouched + n) / total)
 
+    def whole_devices(self, pod: Pod) -> tuple[str, int] | None:
+        """The one class the pod's claims ask devices of, and how many (the least each request
+        may take), when counting can tell; None otherwise (claims allocated already, several
+        classes, admin access, devices for many nodes). What the fragmentation score rates a
+        pod with claims as: that many whole GPUs."""
+        asked = self._asked(pod)
+        if asked is None or len(asked[0]) != 1:
+            return None
+        return asked[3]
+
+    def device_usage(self, node: str, cls: str) -> tuple[int, int]:
+        """The node's devices of the class: how many no allocation (written or tentative)
+        holds, and how many there are."""
+        counted = self._free_cache.get((node, cls))
+        if counted is None or counted[0] != self._node_gen.get(node, 0):
+            if cls not in self.classes:
+                return 0, 0
+            counted = self._counted(node, cls)
+        return counted[2], counted[3]
+
     def _shape_key(self, pod: Pod, node: str) -> tuple[object, ...] | None:
         """What a fit of ``pod`` on ``node`` depends on, or None when it depends on claims
         allocated or held elsewhere (no memo then)."""

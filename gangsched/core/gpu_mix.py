@@ -28,7 +28,15 @@ from gangsched.core.gpu import MODEL_LABEL
 from gangsched.core.model import Placement, Pod
 from gangsched.core.resources import CPU, MEMORY
 
-__all__ = ["GpuMix", "MixWeights", "RequestClass", "accepted_models", "bucket", "request_class"]
+__all__ = [
+    "GpuMix",
+    "MixWeights",
+    "RequestClass",
+    "accepted_models",
+    "bucket",
+    "claims_class",
+    "request_class",
+]
 
 # Buckets per doubling of a CPU or memory request.
 _STEPS = 8
@@ -102,6 +110,18 @@ def request_class(pod: Pod, label: str = MODEL_LABEL) -> RequestClass | None:
     return RequestClass(
         demand.count,
         min(demand.milli, 1000),
+        accepted_models(pod.placement, label),
+        bucket(req.get(CPU, 0)),
+        bucket(req.get(MEMORY, 0)),
+    )
+
+
+def claims_class(pod: Pod, count: int, label: str = MODEL_LABEL) -> RequestClass:
+    """The request class of a pod whose claims ask ``count`` whole devices of one class."""
+    req = pod.requests
+    return RequestClass(
+        count,
+        1000,
         accepted_models(pod.placement, label),
         bucket(req.get(CPU, 0)),
         bucket(req.get(MEMORY, 0)),

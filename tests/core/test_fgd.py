@@ -528,3 +528,105 @@ def test_bench_takes_a_profile() -> None:
     assert result["profile"] == "fgd"
     assert result["pods_bound"] == 40
     assert result["command"].endswith("--profile fgd --json")
+
+
+# ---- GPUs through Dynamic Resource Allocation ----------------------------------------------
+
+
+def test_pods_whose_gpus_come_through_claims_are_placed_as_counted_gpus_are() -> None:
+    """The fragmentation score rates a pod whose claims ask n devices of one class as n whole
+    GPUs on the node's devices of that class: the same workload on the same nodes, once with
+    counted GPUs and once with DRA devices, lands on the same nodes pod for pod."""
+    from gangsched.core.resourceclaims import (
+        Claim,
+        Device,
+        DeviceClass,
+        DeviceId,
+        DeviceRequest,
+        ExactRequest,
+    )
+
+    shapes = [
+        (f"n{i}", 8, "A100" if i % 3 else "V100", 64_000 if i % 2 else 16_000) for i in range(6)
+    ]
+    counted = Cluster("fgd", *(gpu_node(n, d, m, cpu) for n, d, m, cpu in shapes))
+    dra = Cluster(
+        "fgd",
+        *(
+            Node(n, {CPU: cpu, MEMORY: 256 * GI, PODS: 110}, labels={MODEL_LABEL: m})
+            for n, _, m, cpu in shapes
+        ),
+    )
+    dra.sched.device_class_upsert(DeviceClass("gpu.example.com"))
+    for n, d, _, _ in shapes:
+        dra.sched.resource_slice_upsert(
+            n, [Device(DeviceId("gpu.example.com", n, f"g{j}"), n) for j in range(d)]
+        )
+    rng = random.Random(7)
+    placed = 0
+    for i in range(30):
+        count = rng.choice([1, 1, 2, 4, 8])
+        cpu = rng.choice(["1", "4", "12"])
+        models = ["V100"] if rng.random() < 0.2 else []
+        on_counted = counted.place(whole(f"p{i}", count, cpu, models))
+        claim = Claim(
+            "default",
+            f"c{i}",
+            f"cu{i}",
+            (DeviceRequest("gpu", ExactRequest("gpu.example.com", count=count)),),
+        )
+        dra.sched.resource_claim_upsert(claim)
+        pod = replace(whole(f"p{i}", 0, cpu, models), resource_claims=(claim.key,))
+        on_dra = dra.place(pod)
+        assert (on_counted is None) == (on_dra is None), i
+        if on_counted is not None and on_dra is not None:
+            assert on_counted[0] == on_dra[0], (i, count, cpu, models)
+            placed += 1
+    assert placed >= 15
+    assert len(scorer(dra).mix) == len(scorer(counted).mix)
+
+
+def test_a_pod_with_claims_that_accepts_any_model_leaves_the_scarce_model_alone() -> None:
+    """As for counted GPUs (above): the score sees the DRA devices, so the pod's one device
+    is not taken from the only V100 the mix needs."""
+    from gangsched.core.resourceclaims import (
+        Claim,
+        Device,
+        DeviceClass,
+        DeviceId,
+        DeviceRequest,
+        ExactRequest,
+    )
+
+    def dra_cluster(profile: str) -> Cluster:
+        c = Cluster(
+            profile,
+            *(
+                Node(n, {CPU: 64_000, MEMORY: 256 * GI, PODS: 110}, labels={MODEL_LABEL: m})
+                for n, m in (("v100", "V100M32"), ("g2", "G2"))
+            ),
+        )
+        c.sched.device_class_upsert(DeviceClass("gpu.example.com"))
+        for n in ("v100", "g2"):
+            c.sched.resource_slice_upsert(n, [Device(DeviceId("gpu.example.com", n, "g0"), n)])
+        return c
+
+    def claimed(c: Cluster, name: str, models: Sequence[str] = ()) -> Pod:
+        claim = Claim(
+            "default", name, f"u-{name}", (DeviceRequest("gpu", ExactRequest("gpu.example.com")),)
+        )
+        c.sched.resource_claim_upsert(claim)
+        return replace(whole(name, 0, models=models), resource_claims=(claim.key,))
+
+    fgd = dra_cluster("fgd")
+    plugin = scorer(fgd)
+    for i in range(30):
+        for pod in (whole(f"need{i}", 1, models=["V100M32"]), whole(f"any{i}", 1)):
+            cls = request_class(pod)
+            assert cls is not None
+            plugin.mix.record(pod.uid, cls)
+    assert fgd.place(claimed(fgd, "any"))[0] == "g2"  # type: ignore[index]
+    assert fgd.place(claimed(fgd, "needs-v100", ["V100M32"]))[0] == "v100"  # type: ignore[index]
+    binpack = dra_cluster("binpack")
+    assert binpack.place(claimed(binpack, "any"))[0] == "v100"  # type: ignore[index]
+    assert binpack.place(claimed(binpack, "needs-v100", ["V100M32"])) is None

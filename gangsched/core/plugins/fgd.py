@@ -21,6 +21,11 @@ Raw scores are minus the increase; ``normalize`` maps them to 0..100 over the fe
 (higher is better). CPU-only pods are rated too: taking CPU or memory from a GPU node can leave
 its free GPUs unusable for the classes that need that CPU or memory.
 
+Pods whose GPUs come through Dynamic Resource Allocation (claims asking plain counts of one
+device class) are rated the same way, as that many whole GPUs on the node's devices of the
+class (a device held by a written or chosen allocation counts as used), and join the mix as
+such a class; the search that picks their devices is the claims'.
+
 Speed: a node's state for this computation is its GPU model, its devices' usage (sorted), and
 which classes its free CPU and memory still fit; results are memoised by state, so nodes in
 the same state cost one computation, and memos are dropped only when the mix moves.
@@ -34,7 +39,7 @@ from collections.abc import Sequence
 from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.framework import SKIP, SUCCESS, CycleState, Status
 from gangsched.core.gpu import MILLI, MODEL_LABEL, GpuDemand, NodeGpus, best_fit
-from gangsched.core.gpu_mix import GpuMix, MixWeights, request_class
+from gangsched.core.gpu_mix import GpuMix, MixWeights, claims_class, request_class
 from gangsched.core.model import Pod
 from gangsched.core.resources import CPU, MEMORY
 
@@ -102,10 +107,18 @@ class FragmentationGradient:
         self._pod: _PodKey = (0, 0, 0, 0)
         self._memo: dict[tuple[str, tuple[int, ...], int, int], _Result] = {}
         self._choice: dict[int, tuple[int, ...] | None] = {}
+        # the device class of the pod being scored when its GPUs come through claims
+        self._dra_class = ""
 
     # ---- the scorer ----------------------------------------------------------------------
     def pre_score(self, pod: Pod, state: CycleState) -> Status:
         cls = request_class(pod, self._label)
+        devices = None
+        if cls is None and pod.resource_claims:
+            devices = self._cache.resource_claims.whole_devices(pod)
+            if devices is not None and devices[1] > 0:
+                cls = claims_class(pod, devices[1], self._label)
+        self._dra_class = devices[0] if devices is not None and cls is not None else ""
         if cls is not None:
             self.mix.record(pod.uid, cls)
         weights = self.mix.weights()
@@ -122,6 +135,8 @@ class FragmentationGradient:
             req.get(CPU, 0),
             req.get(MEMORY, 0),
         )
+        if self._dra_class and devices is not None:
+            key = (devices[1], MILLI, key[2], key[3])
         self._pod = key
         memo = self._results.get(key)
         if memo is None:
@@ -134,6 +149,8 @@ class FragmentationGradient:
         return SUCCESS
 
     def raw_score(self, pod: Pod, node: NodeInfo, state: CycleState) -> float:
+        if self._dra_class:
+            return self._dra_score(node)
         gpus = node.gpus
         n = node.node
         if gpus is None or n is None or not gpus.used:
@@ -154,6 +171,28 @@ class FragmentationGradient:
         if levels is None and self._pod[0]:
             return _UNFIT
         return -result[0]
+
+    def _dra_score(self, node: NodeInfo) -> float:
+        """``raw_score`` for a pod whose GPUs come through claims: the node's devices of the
+        pod's class as whole GPUs, free or used."""
+        n = node.node
+        if n is None:
+            return 0.0
+        free, total = self._cache.resource_claims.device_usage(node.name, self._dra_class)
+        if total <= 0:
+            return _UNFIT
+        alloc = n.allocatable
+        requested = node.requested
+        key = (
+            n.labels.get(self._label, ""),
+            (0,) * free + (MILLI,) * (total - free),
+            alloc.get(CPU, 0) - requested.get(CPU, 0),
+            alloc.get(MEMORY, 0) - requested.get(MEMORY, 0),
+        )
+        result = self._memo.get(key)
+        if result is None:
+            result = self._memo[key] = self._evaluate(self._pod, *key)
+        return _UNFIT if result[1] is None else -result[0]
 
     def normalize(self, scores: list[float], state: CycleState) -> None:
         fit = [s for s in scores if s > _UNFIT]
