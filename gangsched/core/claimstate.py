@@ -123,6 +123,9 @@ class ClaimCatalog:
         self._free_cache: dict[tuple[str, str], tuple[int, int, int, int]] = {}
         # the last answer of _asked, with its first class and count (what packing scores)
         self._asked_last: tuple[str, int, _Asked | None] | None = None
+        # the last node ``fits`` found surely fitting by counting: (pod uid, node, generation,
+        # what it counted of the pod's first class), which ``packing`` then reads
+        self._fit_last: tuple[str, str, int, tuple[int, int, int, int]] | None = None
 
     # ---- what the watches say ----------------------------------------------------------
     def upsert_slice(
@@ -481,6 +484,7 @@ class ClaimCatalog:
             want, first, sure, _ = asked
             gen = self._node_gen.get(node, 0)
             cache = self._free_cache
+            lead = None
             for cls, n in want.items():
                 counted = cache.get((node, cls))
                 if counted is None or counted[0] != gen:
@@ -496,7 +500,11 @@ class ClaimCatalog:
                     )
                 if untouched < n:
                     sure = False
+                if lead is None:
+                    lead = counted
             if sure:
+                if lead is not None:
+                    self._fit_last = (pod.uid, node, self.generation, lead)
                 return ""
         key = self._shape_key(pod, node)
         if key is not None:
@@ -590,11 +598,15 @@ class ClaimCatalog:
         if asked is None or not asked[0]:
             return 0.0
         cls, n = asked[3]
-        counted = self._free_cache.get((node, cls))
-        if counted is None or counted[0] != self._node_gen.get(node, 0):
-            if cls not in self.classes:
-                return 0.0
-            counted = self._counted(node, cls)
+        fit = self._fit_last  # (what fits counted on this node, when it was the last one)
+        if fit is not None and fit[1] == node and fit[0] == pod.uid and fit[2] == self.generation:
+            counted = fit[3]
+        else:
+            counted = self._free_cache.get((node, cls))
+            if counted is None or counted[0] != self._node_gen.get(node, 0):
+                if cls not in self.classes:
+                    return 0.0
+                counted = self._counted(node, cls)
         _, _, untouched, total = counted
         if total <= 0:
             return 0.0
@@ -653,6 +665,9 @@ class ClaimCatalog:
                 pending.append(claim)
         if not pending:
             return {}
+        quick = self._quick_fit(pending, node)
+        if quick is not None:
+            return quick
         on_node = self._tentative_on.get(node, ())
         here = [
             self.claims[k] for k in sorted(on_node) if k in self.claims and k not in self._committed
@@ -677,6 +692,54 @@ class ClaimCatalog:
         if not isinstance(result, Allocated):
             return result.message
         return dict(result.allocations)
+
+    def _quick_fit(self, pending: list[Claim], node: str) -> dict[str, ClaimAllocation] | None:
+        """Allocations for ``pending`` from the node's devices that no allocation, written or
+        tentative, holds, when every request asks a plain count of one class (no selectors,
+        constraints, admin access, tolerations) and such devices suffice: what the joint search
+        would find without moving anything, without searching. None when that cannot be told
+        (the search decides)."""
+        if self._shared or self._pool_consumers:
+            return None
+        asks: list[tuple[str, str, frozenset[DeviceId], int]] = []
+        for claim in pending:
+            if claim.constraints:
+                return None
+            for r in claim.requests:
+                e = r.exactly
+                if (
+                    e is None
+                    or e.selectors
+                    or e.admin_access
+                    or e.tolerations
+                    or e.mode is not AllocationMode.EXACT_COUNT
+                    or e.device_class not in self.classes
+                ):
+                    return None
+                asks.append((claim.key, r.name, self._matching(e.device_class), e.count))
+        held = self._held_by
+        taken = {d for k in self._tentative_on.get(node, ()) for d in self._tentative[k].devices}
+        results: dict[str, list[tuple[str, DeviceId]]] = {}
+        devices = self.devices(node)
+        for key, request, matching, count in asks:
+            got = results.setdefault(key, [])
+            for d in devices:
+                if count == 0:
+                    break
+                if (
+                    d.id in matching
+                    and d.id not in held
+                    and d.id not in taken
+                    and not d.tainted
+                    and not d.binding_conditions
+                    and not d.binds_to_node
+                ):
+                    taken.add(d.id)
+                    got.append((request, d.id))
+                    count -= 1
+            if count:
+                return None
+        return {key: ClaimAllocation(node, tuple(got)) for key, got in results.items()}
 
     def _counters_left(self, devices: list[Device], keys: Collection[str]) -> Counters | None:
         """What the counter sets of the pools of ``devices`` have left after every device
