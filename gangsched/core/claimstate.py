@@ -602,11 +602,12 @@ class ClaimCatalog:
         if fit is not None and fit[1] == node and fit[0] == pod.uid and fit[2] == self.generation:
             counted = fit[3]
         else:
-            counted = self._free_cache.get((node, cls))
-            if counted is None or counted[0] != self._node_gen.get(node, 0):
+            known = self._free_cache.get((node, cls))
+            if known is None or known[0] != self._node_gen.get(node, 0):
                 if cls not in self.classes:
                     return 0.0
-                counted = self._counted(node, cls)
+                known = self._counted(node, cls)
+            counted = known
         _, _, untouched, total = counted
         if total <= 0:
             return 0.0
