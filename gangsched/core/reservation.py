@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gangsched.core.cache import NodeInfo
+from gangsched.core.claimstate import ClaimCatalog
 from gangsched.core.framework import SUCCESS, Code, Status
 from gangsched.core.model import GangSpec, Pod
 from gangsched.core.resources import ResourceList, add_into
@@ -33,6 +34,8 @@ from gangsched.core.resources import ResourceList, add_into
 __all__ = ["Reservation", "ReservationFilter"]
 
 _HELD = Status(Code.UNSCHEDULABLE, "node(s) reserved for a gang that waited longer")
+# what a reservation holds of a device class (DRA), among the resources of its need
+DEVICES = "devices.resource.k8s.io/"
 
 
 @dataclass(slots=True)
@@ -63,8 +66,11 @@ class ReservationFilter:
         spec_of: Callable[[str], GangSpec | None],
         now: Callable[[], float],
         on_change: Callable[[bool], None] | None = None,
+        devices: ClaimCatalog | None = None,
     ) -> None:
         self._spec_of = spec_of
+        # DRA devices: a pod's claims fit only in the devices the reservation does not need
+        self._devices = devices
         self._now = now
         # Told whether a reservation now exists: the scheduler runs this filter only then, so
         # that placement pays nothing for it the rest of the time.
@@ -102,6 +108,12 @@ class ReservationFilter:
             held = need.get(res, 0)
             if held and allocatable.get(res, 0) - requested.get(res, 0) - held < amount:
                 return _HELD
+        devices = self._devices
+        if devices is not None and pod.resource_claims:
+            for cls, amount in devices.demand(pod).items():
+                held = need.get(DEVICES + cls, 0)
+                if held and devices.device_usage(node.name, cls)[0] - held < amount:
+                    return _HELD
         return SUCCESS
 
     def _exempt_pod(self, pod: Pod, r: Reservation) -> bool:
@@ -118,11 +130,17 @@ class ReservationFilter:
         return exempt
 
 
-def need_by_node(placements: Mapping[str, str], pods: Mapping[str, Pod]) -> dict[str, ResourceList]:
-    """What the placed pods request, per node."""
+def need_by_node(
+    placements: Mapping[str, str], pods: Mapping[str, Pod], devices: ClaimCatalog | None = None
+) -> dict[str, ResourceList]:
+    """What the placed pods request, per node; with ``devices``, the devices their claims
+    take too (``devices.resource.k8s.io/<class>``)."""
     out: dict[str, ResourceList] = {}
     for uid, node in placements.items():
         pod = pods.get(uid)
         if pod is not None:
-            add_into(out.setdefault(node, {}), pod.requests)
+            need = out.setdefault(node, {})
+            add_into(need, pod.requests)
+            if devices is not None and pod.resource_claims:
+                add_into(need, {DEVICES + c: n for c, n in devices.demand(pod).items()})
     return out

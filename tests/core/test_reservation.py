@@ -3,8 +3,20 @@ equal priority work backfills only capacity the reservation does not need, or en
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gangsched.core.config import CoreConfig
-from gangsched.core.model import DomainConstraint, PodPhase
+from gangsched.core.decisions import BindGang
+from gangsched.core.model import DomainConstraint, Pod, PodPhase
+from gangsched.core.reservation import DEVICES
+from gangsched.core.resourceclaims import (
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceId,
+    DeviceRequest,
+    ExactRequest,
+)
 from tests.core.builders import make_node
 from tests.core.test_scheduler import Harness, binds, gpu_node, members, pod
 
@@ -163,3 +175,60 @@ def test_a_reservation_for_a_required_rack_is_made_inside_one_rack() -> None:
     racks = {n: r for n, r, _ in layout}
     assert len({racks[n] for n in chosen[""]}) == 2  # the control: across racks
     assert chosen[rack] == {"b0", "b1"}
+
+
+def test_a_reservation_holds_dra_devices_too() -> None:
+    """A gang whose GPUs come through claims: small jobs with claims of the same priority stop
+    taking the reserved nodes' devices, and the gang binds once theirs are given back."""
+    h = Harness(
+        CoreConfig(reservation_after_seconds=60.0, backoff_max_seconds=1.0),
+        *(make_node(n).cpu("64").memory("256Gi").node() for n in ("n0", "n1")),
+    )
+    h.s.device_class_upsert(DeviceClass("gpu.example.com"))
+    for n in ("n0", "n1"):
+        h.s.resource_slice_upsert(
+            n, [Device(DeviceId("gpu.example.com", n, f"g{i}"), n) for i in range(8)]
+        )
+    claims: dict[str, Claim] = {}
+
+    def claimed(p: Pod, count: int) -> Pod:
+        claim = Claim(
+            p.namespace,
+            f"{p.name}-gpu",
+            f"u-{p.name}",
+            (DeviceRequest("gpu", ExactRequest("gpu.example.com", count=count)),),
+        )
+        claims[claim.key] = claim
+        h.s.resource_claim_upsert(claim)
+        return replace(p, resource_claims=(claim.key,))
+
+    def run() -> list[BindGang]:
+        """A run, with the claims and bindings written as the watch shows them."""
+        out = binds(h.run(confirm=False))
+        for b in out:
+            for w in b.claims:
+                written = replace(claims[w.claim], allocation=w.allocation, reserved_for=w.pods)
+                h.s.resource_claim_upsert(written)
+        h.confirm(out)
+        return out
+
+    small = [claimed(pod(f"s{i}", gpus=0, priority=0, created=float(i)), 1) for i in range(4)]
+    h.add(*small)
+    assert len(run()) == 4
+    h.gang("ml/big", 2)
+    h.add(*(claimed(p, 8) for p in members("ml/big", 2, gpus=0, priority=0)))
+    run()
+    h.advance(61)
+    run()
+    r = h.s.reserve.current
+    assert r is not None and r.gang == "ml/big"
+    assert sorted(need.get(DEVICES + "gpu.example.com", 0) for need in r.need.values()) == [8, 8]
+    # a new small job of the same priority no longer gets a device
+    h.add(claimed(pod("late", gpus=0, priority=0), 1))
+    assert not run()
+    # the small jobs end and their claims go (the resourceclaim controller's job)
+    for p in small:
+        h.s.pod_delete(p.uid)
+        h.s.resource_claim_delete(f"{p.namespace}/{p.name}-gpu")
+    h.advance(2)
+    assert [b.gang for b in run()] == ["ml/big"]

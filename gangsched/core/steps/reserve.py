@@ -40,7 +40,9 @@ class Reservations:
         self._finder = finder
         self._preemptor = preemptor
         self._preemption = preemption
-        self.filter = ReservationFilter(book.spec_of, clock.now, self._changed)
+        self.filter = ReservationFilter(
+            book.spec_of, clock.now, self._changed, cache.resource_claims
+        )
         self.started: dict[str, float] = {}  # pod uid -> when this process saw it bound
         book.on_gone.append(self.unreserve)
 
@@ -121,7 +123,7 @@ class Reservations:
             gang.key,
             priority,
             since,
-            need_by_node(plan.placements, self._cache.pods),
+            need_by_node(plan.placements, self._cache.pods, self._cache.resource_claims),
             ready_at,
             f"waited {waited:.0f}s for capacity; waiting for {awaited} running pod(s) to end",
         )
