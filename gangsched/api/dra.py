@@ -32,6 +32,7 @@ from gangsched.core.quantity import QuantityError, parse_quantity
 from gangsched.core.resourceclaims import (
     AllocationMode,
     AttributeValue,
+    CapacityPolicy,
     Claim,
     ClaimAllocation,
     ConfigEntry,
@@ -216,19 +217,46 @@ def _attribute(v: object, field: str) -> AttributeValue:
     return value
 
 
-def _capacity(v: object, field: str) -> int:
-    c = as_map(v, field)
-    _refuse_set(c, field, ("requestPolicy",))
-    q = parse_quantity(c.get("value"), f"{field}.value")
+def _whole(v: object, field: str) -> int:
+    q = parse_quantity(v, field)
     if q.denominator != 1:
-        raise SpecError(f"{field}.value: a fraction is not supported yet, got {q}")
+        raise SpecError(f"{field}: a fraction is not supported yet, got {q}")
     return int(q)
 
 
-_DEVICE_UNSUPPORTED = (
-    "allowMultipleAllocations",
-    "basic",
-)
+def _capacity(v: object, field: str) -> tuple[int, CapacityPolicy | None]:
+    """A capacity's value, and its ``requestPolicy`` (consumable capacity) when set."""
+    c = as_map(v, field)
+    value = _whole(c.get("value"), f"{field}.value")
+    raw = c.get("requestPolicy")
+    if raw is None:
+        return value, None
+    f = f"{field}.requestPolicy"
+    p = as_map(raw, f)
+    default = None if p.get("default") is None else _whole(p.get("default"), f"{f}.default")
+    values = tuple(
+        _whole(x, f"{f}.validValues[{i}]")
+        for i, x in enumerate(as_list(p.get("validValues"), f"{f}.validValues"))
+    )
+    if list(values) != sorted(set(values)):
+        raise SpecError(f"{f}.validValues: must be in ascending order, each once")
+    rng = p.get("validRange")
+    if rng is None:
+        return value, CapacityPolicy(default, values)
+    if values:
+        raise SpecError(f"{f}: at most one of validValues and validRange")
+    r = as_map(rng, f"{f}.validRange")
+    if r.get("min") is None:
+        raise SpecError(f"{f}.validRange.min: required")
+    low = _whole(r.get("min"), f"{f}.validRange.min")
+    high = None if r.get("max") is None else _whole(r.get("max"), f"{f}.validRange.max")
+    step = None if r.get("step") is None else _whole(r.get("step"), f"{f}.validRange.step")
+    if step is not None and step <= 0:
+        raise SpecError(f"{f}.validRange.step: must be positive, got {step}")
+    return value, CapacityPolicy(default, (), low, high, step)
+
+
+_DEVICE_UNSUPPORTED = ("basic",)
 
 
 def _counters(v: object, field: str) -> tuple[tuple[str, int], ...]:
@@ -336,9 +364,20 @@ def _device(
         f = f"{field}.attributes[{as_written(k)}]"
         attributes[_qualified(k, driver, f)] = _attribute(a, f)
     capacity: dict[str, int] = {}
+    policies: dict[str, CapacityPolicy] = {}
+    written: dict[str, str] = {}
     for k, c in as_map(d.get("capacity"), f"{field}.capacity").items():
         f = f"{field}.capacity[{as_written(k)}]"
-        capacity[_qualified(k, driver, f)] = _capacity(c, f)
+        q = _qualified(k, driver, f)
+        capacity[q], policy = _capacity(c, f)
+        written[str(k)] = q
+        if policy is not None:
+            policies[q] = policy
+    multi = d.get("allowMultipleAllocations")
+    if multi is not None and not isinstance(multi, bool):
+        raise SpecError(
+            f"{field}.allowMultipleAllocations: expected a boolean, got {as_written(multi)}"
+        )
     taints = tuple(
         _taint(t, f"{field}.taints[{i}]")
         for i, t in enumerate(as_list(d.get("taints"), f"{field}.taints"))
@@ -365,6 +404,9 @@ def _device(
         conditions,
         failures,
         bool(binds),
+        bool(multi),
+        policies,
+        written if any(k != q for k, q in written.items()) else {},
     )
 
 
@@ -471,12 +513,19 @@ def resource_slice_from(obj: object) -> ResourceSlice | DraError:
 
 
 # ---- ResourceClaim --------------------------------------------------------------------------
-_REQUEST_UNSUPPORTED = ("capacity",)
+def _capacity_requests(v: object, field: str) -> tuple[tuple[str, int], ...]:
+    """``capacity.requests``: capacity name (as the slice writes it) -> amount."""
+    if v is None:
+        return ()
+    reqs = as_map(as_map(v, field).get("requests"), f"{field}.requests")
+    return tuple(
+        (nonempty_str(k, f"{field}.requests"), _whole(q, f"{field}.requests[{as_written(k)}]"))
+        for k, q in sorted(reqs.items())
+    )
 
 
 def _exact(r: Obj, field: str, *, admin: bool) -> ExactRequest:
     device_class = nonempty_str(r.get("deviceClassName"), f"{field}.deviceClassName")
-    _refuse_set(r, field, _REQUEST_UNSUPPORTED)
     selectors = _selectors(r.get("selectors"), f"{field}.selectors")
     mode = r.get("allocationMode", "ExactCount")
     if mode not in ("ExactCount", "All"):
@@ -504,6 +553,7 @@ def _exact(r: Obj, field: str, *, admin: bool) -> ExactRequest:
         count if count else 1,
         admin_access,
         _tolerations(r.get("tolerations"), f"{field}.tolerations"),
+        _capacity_requests(r.get("capacity"), f"{field}.capacity"),
     )
 
 
@@ -539,13 +589,14 @@ def _constraint(v: object, field: str, requests: set[str]) -> MatchAttribute:
     if v is None:
         raise SpecError(f"{field}: expected an object, got null")
     c = as_map(v, field)
-    _refuse_set(c, field, ("distinctAttribute",))
-    attribute = nonempty_str(c.get("matchAttribute"), f"{field}.matchAttribute")
+    match, distinct = c.get("matchAttribute"), c.get("distinctAttribute")
+    if (match is None) == (distinct is None):
+        raise SpecError(f"{field}: expected exactly one of matchAttribute, distinctAttribute")
+    kind = "matchAttribute" if match is not None else "distinctAttribute"
+    attribute = nonempty_str(c.get(kind), f"{field}.{kind}")
     if attribute.count("/") != 1 or attribute.startswith("/") or attribute.endswith("/"):
-        raise SpecError(
-            f"{field}.matchAttribute: expected <domain>/<name>, got {as_written(attribute)}"
-        )
-    return MatchAttribute(attribute, _request_names(c, field, requests))
+        raise SpecError(f"{field}.{kind}: expected <domain>/<name>, got {as_written(attribute)}")
+    return MatchAttribute(attribute, _request_names(c, field, requests), distinct is not None)
 
 
 def _node_of(selector: object, field: str) -> tuple[str, AffinityTerm | None]:
@@ -584,6 +635,7 @@ def _allocation(v: object, field: str) -> ClaimAllocation:
     devices = as_map(a.get("devices"), f"{field}.devices")
     results: list[tuple[str, DeviceId]] = []
     conditions: list[tuple[DeviceId, tuple[str, ...], tuple[str, ...]]] = []
+    shares: list[tuple[int, tuple[tuple[str, int], ...]]] = []
     for i, r in enumerate(as_list(devices.get("results"), f"{field}.devices.results")):
         f = f"{field}.devices.results[{i}]"
         if r is None:
@@ -595,13 +647,25 @@ def _allocation(v: object, field: str) -> ClaimAllocation:
             nonempty_str(res.get("device"), f"{f}.device"),
         )
         results.append((nonempty_str(res.get("request"), f"{f}.request"), device))
+        if res.get("shareID") is not None:  # a share of a device allocatable many times
+            nonempty_str(res.get("shareID"), f"{f}.shareID")
+            consumed = as_map(res.get("consumedCapacity"), f"{f}.consumedCapacity")
+            shares.append(
+                (
+                    i,
+                    tuple(
+                        (str(k), _whole(q, f"{f}.consumedCapacity[{as_written(k)}]"))
+                        for k, q in sorted(consumed.items())
+                    ),
+                )
+            )
         waits = _condition_names(res.get("bindingConditions"), f"{f}.bindingConditions")
         if waits:
             failures = _condition_names(
                 res.get("bindingFailureConditions"), f"{f}.bindingFailureConditions"
             )
             conditions.append((device, waits, failures))
-    return ClaimAllocation(node, tuple(results), reach, tuple(conditions))
+    return ClaimAllocation(node, tuple(results), reach, tuple(conditions), tuple(shares))
 
 
 def _reserved_for(v: object, field: str) -> tuple[str, ...]:

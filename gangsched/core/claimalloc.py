@@ -16,7 +16,16 @@ cycle, so it can choose the devices of all the claims on a node together:
   consumes left, after what the devices held and chosen so far consume (admin access too);
 - a ``matchAttribute`` constraint fixes its attribute's value with the first device chosen for
   a request it names; later devices must carry the same value (a device without the attribute
-  never satisfies it);
+  never satisfies it); a ``distinctAttribute`` constraint wants a value no device chosen before
+  for its requests has;
+- consumable capacity: a device allocatable many times (``allowMultipleAllocations``) is never
+  held by one claim: it serves any number of requests (each at most once, as kube-scheduler's
+  allocator moves on to the next device within a request) while what they consume of its
+  capacity fits, each share consuming what its request asks,
+  rounded up by the capacity's request policy (or the policy's default, else the whole
+  capacity, for a capacity it does not name); its pool's counters are taken by the first
+  share only. On any device, a request's capacity must name capacities the device has and fit
+  in them;
 - when a choice leaves a later request (of this claim or of a later claim) unsatisfiable, the
   search goes back and tries the next choice: depth-first, with every choice of every claim
   open to revision, until an assignment for all is found or every choice was tried.
@@ -43,6 +52,7 @@ from gangsched.core.resourceclaims import (
     DeviceId,
     ExactRequest,
     MatchAttribute,
+    consumed_capacity,
 )
 
 __all__ = [
@@ -90,6 +100,8 @@ def serves(allocation: ClaimAllocation, node: str, labels: Mapping[str, str]) ->
 
 # (driver, pool, counter set, counter) -> what is left of it
 Counters = dict[tuple[str, str, str, str], int]
+# device -> what shares of it consume (capacity name -> amount)
+Consumption = dict[DeviceId, dict[str, int]]
 
 
 @dataclass(slots=True)
@@ -108,7 +120,39 @@ class _Search:
     out_of_budget: bool = False
     # (claim index, devices taken) from which the rest was found impossible: reached again
     # by another order of the same choices, it fails at once
-    dead: set[tuple[int, frozenset[DeviceId], tuple[DeviceId, ...]]] = field(default_factory=set)
+    dead: set[tuple[object, ...]] = field(default_factory=set)
+    # consumable capacity: what the shares of devices allocatable many times consume (those
+    # held already, and those chosen so far); whether any such device is here; the shares
+    # taken, newest last: (device, what it consumes, whether it was the device's first)
+    capacity: Consumption = field(default_factory=dict)
+    multi: bool = False
+    log: list[tuple[DeviceId, dict[str, int], bool]] = field(default_factory=list)
+
+    def state(self, ci: int) -> tuple[object, ...]:
+        """What the rest of the search from claim ``ci`` depends on."""
+        key: tuple[object, ...] = (ci, frozenset(self.taken), tuple(sorted(self.admin_counted)))
+        if self.multi:
+            key += (tuple(sorted((d, tuple(sorted(c.items()))) for d, c in self.capacity.items())),)
+        return key
+
+    def consume_of(self, d: Device, request: ExactRequest) -> dict[str, int] | None:
+        """What a share of ``d`` for ``request`` consumes of each of its capacities; None when
+        the request names a capacity the device does not have, a policy refuses the amount,
+        or it does not fit in what is left."""
+        asked: dict[str, int] = {}
+        for written, amount in request.capacity:
+            name = d.capacity_named(written)
+            if not name:
+                return None
+            asked[name] = amount
+        out = consumed_capacity(d.capacity, d.policies, asked)
+        if out is None:
+            return None
+        used = self.capacity.get(d.id) if d.multi else None
+        for name, amount in out.items():
+            if (used.get(d.written_name(name), 0) if used else 0) + amount > d.capacity[name]:
+                return None
+        return {d.written_name(name): amount for name, amount in out.items()}
 
     def matching(self, request: ExactRequest) -> list[Device] | str:
         """The node's devices this kind of request may take, in device order; or why none."""
@@ -125,9 +169,11 @@ class _Search:
     def free(self, d: Device, request: ExactRequest, *, counted: bool = True) -> bool:
         if d.taints and not d.usable_by(request.tolerations):
             return False  # a taint not tolerated, admin access or not (as kube-scheduler)
-        if counted and d.consumes and not self.room(d):
+        if (request.capacity or d.consumable) and self.consume_of(d, request) is None:
             return False
-        if request.admin_access:
+        if counted and d.consumes and not (d.multi and d.id in self.capacity) and not self.room(d):
+            return False  # (a device shared already took its counters with its first share)
+        if request.admin_access or d.multi:
             return True
         return d.id not in self.taken and d.id not in self.used
 
@@ -166,14 +212,19 @@ def allocate(
     *,
     budget: int = SEARCH_BOUND,
     counters: Counters | None = None,
+    consumed: Mapping[DeviceId, Mapping[str, int]] | None = None,
 ) -> Allocated | Unallocatable:
     """Allocate every claim in ``claims`` (each listed once; a claim shared by several members
     is allocated once) on ``node``, jointly, from ``devices`` (the node's, and those that reach
     it from slices not for one node) not in ``used``; ``counters``: what the partitionable
-    pools' counter sets have left (not changed)."""
+    pools' counter sets have left; ``consumed``: what other claims' shares of devices
+    allocatable many times consume (neither is changed)."""
     search = _Search(
         node, tuple(devices), classes, used, budget, None if counters is None else dict(counters)
     )
+    search.multi = any(d.multi for d in search.devices)
+    if consumed:
+        search.capacity = {d: dict(c) for d, c in consumed.items()}
     for claim in claims:
         for request in claim.requests:
             if not request.options():
@@ -184,12 +235,16 @@ def allocate(
     values: list[list[object]] = [[None] * len(c.constraints) for c in claims]
     if _claim(search, claims, 0, 0, results, values):
         by_id = {d.id: d for d in search.devices}
-        return Allocated(
-            {
-                c.key: _allocation(node, tuple(r), by_id)
-                for c, r in zip(claims, results, strict=True)
-            }
-        )
+        log = iter(search.log)
+        out: dict[str, ClaimAllocation] = {}
+        for c, r in zip(claims, results, strict=True):
+            shares = tuple(
+                (i, tuple(sorted(next(log)[1].items())))
+                for i, (_, d) in enumerate(r)
+                if by_id[d].multi
+            )
+            out[c.key] = _allocation(node, tuple(r), by_id, shares)
+        return Allocated(out)
     if search.out_of_budget:
         return Unallocatable(
             f"the joint search for {len(claims)} claim(s) on node {node} reached its bound of "
@@ -200,7 +255,10 @@ def allocate(
 
 
 def _allocation(
-    node: str, results: tuple[tuple[str, DeviceId], ...], by_id: Mapping[DeviceId, Device]
+    node: str,
+    results: tuple[tuple[str, DeviceId], ...],
+    by_id: Mapping[DeviceId, Device],
+    shares: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = (),
 ) -> ClaimAllocation:
     """The allocation's reach, as kube-scheduler's allocator makes its node selector: the
     node, when a device is local to it; else one term with every requirement of the devices'
@@ -212,7 +270,7 @@ def _allocation(
         if d.binding_conditions
     )
     if not chosen or any(d.node or d.binds_to_node for d in chosen):
-        return ClaimAllocation(node, results, None, conditions)
+        return ClaimAllocation(node, results, None, conditions, shares)
     exprs: list[Requirement] = []
     fields: list[Requirement] = []
     for d in chosen:
@@ -220,8 +278,10 @@ def _allocation(
             exprs.extend(r for r in d.reach.match_expressions if r not in exprs)
             fields.extend(r for r in d.reach.match_fields if r not in fields)
     if not exprs and not fields:
-        return ClaimAllocation("", results, None, conditions)
-    return ClaimAllocation("", results, AffinityTerm(tuple(exprs), tuple(fields)), conditions)
+        return ClaimAllocation("", results, None, conditions, shares)
+    return ClaimAllocation(
+        "", results, AffinityTerm(tuple(exprs), tuple(fields)), conditions, shares
+    )
 
 
 def allocate_one_by_one(
@@ -232,22 +292,32 @@ def allocate_one_by_one(
     node: str,
     *,
     counters: Counters | None = None,
+    consumed: Mapping[DeviceId, Mapping[str, int]] | None = None,
 ) -> Allocated | Unallocatable:
     """kube-scheduler's way, for comparison: each claim allocated in turn with the devices the
     earlier ones took, never revisited."""
     taken = set(used)
     left = None if counters is None else dict(counters)
+    shares: Consumption = {d: dict(c) for d, c in (consumed or {}).items()}
     by_id = {d.id: d for d in devices}
     out: dict[str, ClaimAllocation] = {}
     for claim in claims:
-        result = allocate([claim], devices, classes, taken, node, counters=left)
+        result = allocate([claim], devices, classes, taken, node, counters=left, consumed=shares)
         if isinstance(result, Unallocatable):
             return result
         alloc = result.allocations[claim.key]
         out[claim.key] = alloc
-        taken.update(alloc.devices)
+        taken.update(alloc.exclusive)
+        first = {d for d in alloc.consumption() if d not in shares}
+        for d, c in alloc.consumption().items():
+            entry = shares.setdefault(d, {})
+            for name, amount in c.items():
+                entry[name] = entry.get(name, 0) + amount
         if left is not None:
             for _, d in alloc.results:
+                if by_id[d].multi and d not in first:
+                    continue
+                first.discard(d)
                 for counter_set, name, n in by_id[d].consumes:
                     k = (d.driver, d.pool, counter_set, name)
                     left[k] = left.get(k, 0) - n
@@ -258,6 +328,8 @@ def _enough(s: _Search, claims: Sequence[Claim]) -> bool:
     """A necessary condition, before any search: the fewest devices the claims could take in
     all (each request's cheapest alternative) are no more than the free devices that some
     request could use."""
+    if s.multi:
+        return True  # a device allocatable many times may serve several requests
     least = 0
     usable: set[DeviceId] = set()
     for claim in claims:
@@ -291,7 +363,7 @@ def _claim(
         return True
     claim = claims[ci]
     if ri == len(claim.requests):
-        state = (ci + 1, frozenset(s.taken), tuple(sorted(s.admin_counted)))
+        state = s.state(ci + 1)
         if state in s.dead:
             return False
         if _claim(s, claims, ci + 1, 0, results, values):
@@ -325,11 +397,41 @@ def _fits(
         if value is None:
             return False, []
         current = fixed[i]
-        if current is None:
+        if constraints[i].distinct:
+            seen = current if isinstance(current, tuple) else ()
+            if any(v == value and type(v) is type(value) for v in seen):
+                return False, []
+            newly.append((i, value))
+        elif current is None:
             newly.append((i, value))
         elif current != value or type(current) is not type(value):
             return False, []
     return True, newly
+
+
+def _fix(
+    fixed: list[object], constraints: Sequence[MatchAttribute], newly: list[tuple[int, object]]
+) -> None:
+    """Record the values a device fixed (``_fits``'s ``newly``)."""
+    for i, v in newly:
+        if constraints[i].distinct:
+            seen = fixed[i]
+            fixed[i] = (*(seen if isinstance(seen, tuple) else ()), v)
+        else:
+            fixed[i] = v
+
+
+def _unfix(
+    fixed: list[object], constraints: Sequence[MatchAttribute], newly: list[tuple[int, object]]
+) -> None:
+    """Undo the last ``_fix`` of ``newly``."""
+    for i, _ in reversed(newly):
+        if constraints[i].distinct:
+            seen = fixed[i]
+            rest = seen[:-1] if isinstance(seen, tuple) else ()
+            fixed[i] = rest or None
+        else:
+            fixed[i] = None
 
 
 def _spend(s: _Search, n: int) -> bool:
@@ -348,13 +450,26 @@ def _take(
     path: str,
     devices: Sequence[Device],
 ) -> None:
-    """The devices serve ``path``: held by this search (but for admin access)."""
-    if not exact.admin_access:
-        s.taken.update(d.id for d in devices)
-    else:
-        s.admin_counted.extend(d.id for d in devices if d.consumes)
-    s.consume(devices, 1)
-    result.extend((path, d.id) for d in devices)
+    """The devices serve ``path``: held by this search (but for admin access); a device
+    allocatable many times is shared, consuming its capacity."""
+    for d in devices:
+        if d.multi:
+            consumed = s.consume_of(d, exact) or {}
+            first = d.id not in s.capacity
+            entry = s.capacity.setdefault(d.id, {})
+            for name, amount in consumed.items():
+                entry[name] = entry.get(name, 0) + amount
+            s.log.append((d.id, consumed, first))
+            if first:
+                s.consume((d,), 1)
+        elif not exact.admin_access:
+            s.taken.add(d.id)
+            s.consume((d,), 1)
+        else:
+            if d.consumes:
+                s.admin_counted.append(d.id)
+            s.consume((d,), 1)
+        result.append((path, d.id))
 
 
 def _give_back(
@@ -362,13 +477,22 @@ def _give_back(
 ) -> None:
     """Undo the last ``_take`` of ``devices``."""
     del result[len(result) - len(devices) :]
-    if not exact.admin_access:
-        s.taken.difference_update(d.id for d in devices)
-    else:
-        for d in devices:
+    for d in reversed(devices):
+        if d.multi:
+            device, consumed, first = s.log.pop()
+            entry = s.capacity[device]
+            for name, amount in consumed.items():
+                entry[name] -= amount
+            if first:
+                del s.capacity[device]
+                s.consume((d,), -1)
+        elif not exact.admin_access:
+            s.taken.discard(d.id)
+            s.consume((d,), -1)
+        else:
             if d.consumes:
                 s.admin_counted.remove(d.id)
-    s.consume(devices, -1)
+            s.consume((d,), -1)
 
 
 def _some(
@@ -400,16 +524,14 @@ def _some(
             continue
         if not _spend(s, 1):
             return False
-        for i, v in newly:
-            fixed[i] = v
+        _fix(fixed, claim.constraints, newly)
         _take(s, exact, results[ci], path, (d,))
         if _some(
             s, claims, ci, ri, path, exact, candidates, covering, results, values, k + 1, chosen + 1
         ):
             return True
         _give_back(s, exact, results[ci], (d,))
-        for i, _ in newly:
-            fixed[i] = None
+        _unfix(fixed, claim.constraints, newly)
         if s.out_of_budget:
             return False
     return False
@@ -434,24 +556,22 @@ def _all(
         return False
     claim = claims[ci]
     fixed = values[ci]
-    set_here: list[int] = []
+    set_here: list[tuple[int, object]] = []
     for d in candidates:
         ok, newly = _fits(d, claim.constraints, covering, fixed)
         if not ok:
-            for i in set_here:
-                fixed[i] = None
+            _unfix(fixed, claim.constraints, set_here)
             return False
-        for i, v in newly:
-            fixed[i] = v
-            set_here.append(i)
+        _fix(fixed, claim.constraints, newly)
+        set_here.extend(newly)
     if not _spend(s, len(candidates)):
+        _unfix(fixed, claim.constraints, set_here)
         return False
     _take(s, exact, results[ci], path, candidates)
     if _claim(s, claims, ci, ri + 1, results, values):
         return True
     _give_back(s, exact, results[ci], candidates)
-    for i in set_here:
-        fixed[i] = None
+    _unfix(fixed, claim.constraints, set_here)
     return False
 
 

@@ -113,6 +113,10 @@ class ClaimCatalog:
         # class -> (some device it matches reaches many nodes, some consumes counters)
         self._class_flags: dict[str, tuple[bool, bool]] = {}
         self._held_total = 0  # devices written allocations hold, on every node
+        # consumable capacity: devices allocatable many times or with request policies, by
+        # slice; and what the written allocations' shares of them consume
+        self._consumable: dict[str, tuple[Device, ...]] = {}
+        self._consumed: dict[DeviceId, dict[str, int]] = {}
         # what-if: pods counted as gone, and the claims whose devices that frees
         self._lifted: set[str] = set()
         self._freed: set[str] = set()
@@ -160,6 +164,11 @@ class ClaimCatalog:
             self._device_node.pop(d.id, None)
         for d in new:
             self._device_node[d.id] = d.node
+        consumable = tuple(d for d in new if d.consumable)
+        if consumable:
+            self._consumable[key] = consumable
+        else:
+            self._consumable.pop(key, None)
         pools = {(d.id.driver, d.id.pool) for d in (*old, *new) if d.consumes}
         had = self._counter_slices.pop(key, ())
         if counters:
@@ -360,10 +369,18 @@ class ClaimCatalog:
         self.generation += 1
 
     def _unallocate(self, key: str, allocation: ClaimAllocation) -> None:
-        for d in allocation.devices:
+        for d in allocation.exclusive:
             if self._held_by.get(d) == key:
                 del self._held_by[d]
                 self._held_total -= 1
+        for d, consumed in allocation.consumption().items():
+            entry = self._consumed.get(d)
+            if entry is None:
+                continue
+            for name, amount in consumed.items():
+                entry[name] = entry.get(name, 0) - amount
+            if not any(entry.values()):
+                del self._consumed[d]
         self._touch(allocation, held=True)
 
     def _touch(self, allocation: ClaimAllocation, held: bool = False) -> None:
@@ -545,6 +562,8 @@ class ClaimCatalog:
                 options = request.options()
                 if least is None or any(r.admin_access for _, r in options):
                     return None
+                if any(r.capacity for _, r in options):
+                    return None  # what a device has left decides
                 if request.exactly is None or request.exactly.selectors:
                     sure = False
                 cls, n = least
@@ -683,13 +702,24 @@ class ClaimCatalog:
         used = {d.id for d in devices if d.id in held and held[d.id] not in keys}
         for k in on_node:
             if k in self._committed:
-                used.update(self._tentative[k].devices)
+                used.update(self._tentative[k].exclusive)
         if self._shared_ids:  # shared devices other nodes' tentative claims hold
             for k, a in self._tentative.items():
                 if k not in keys:
-                    used.update(d for d in a.devices if d in self._shared_ids)
+                    used.update(d for d in a.exclusive if d in self._shared_ids)
         counters = self._counters_left(devices, keys) if self._pool_consumers else None
-        result = allocate(joint, devices, self.classes, used, node, counters=counters)
+        consumed: dict[DeviceId, dict[str, int]] | None = None
+        if self._consumable:  # what other claims' shares of devices consume
+            consumed = {d: dict(c) for d, c in self._consumed.items()}
+            for k, a in self._tentative.items():
+                if k not in keys and a.shares:
+                    for d, c in a.consumption().items():
+                        entry = consumed.setdefault(d, {})
+                        for name, amount in c.items():
+                            entry[name] = entry.get(name, 0) + amount
+        result = allocate(
+            joint, devices, self.classes, used, node, counters=counters, consumed=consumed
+        )
         if not isinstance(result, Allocated):
             return result.message
         return dict(result.allocations)
@@ -700,7 +730,7 @@ class ClaimCatalog:
         constraints, admin access, tolerations) and such devices suffice: what the joint search
         would find without moving anything, without searching. None when that cannot be told
         (the search decides)."""
-        if self._shared or self._pool_consumers:
+        if self._shared or self._pool_consumers or self._consumable:
             return None
         asks: list[tuple[str, str, frozenset[DeviceId], int]] = []
         for claim in pending:
@@ -713,6 +743,7 @@ class ClaimCatalog:
                     or e.selectors
                     or e.admin_access
                     or e.tolerations
+                    or e.capacity
                     or e.mode is not AllocationMode.EXACT_COUNT
                     or e.device_class not in self.classes
                 ):
@@ -755,7 +786,11 @@ class ClaimCatalog:
                 left[(*pool, counter_set, name)] = total
             for d in self._pool_consumers.get(pool, ()):
                 holder = self._held_by.get(d.id)
-                if (holder is not None and holder not in keys) or d.id in tentative:
+                if (
+                    (holder is not None and holder not in keys)
+                    or d.id in tentative
+                    or (d.multi and d.id in self._consumed)  # (shared: its first share took them)
+                ):
                     for counter_set, name, n in d.consumes:
                         k = (*pool, counter_set, name)
                         if k in left:
@@ -863,6 +898,8 @@ class ClaimCatalog:
         """None when ``amount`` devices of the class are surely free, else how many are
         (``free_of_class``). Cheap while the class has ``amount`` devices more than every
         allocation holds, whatever their class."""
+        if self._consumable and self._flags(name)[0]:
+            return None  # (devices shared by many claims, or reaching many nodes: not counted)
         committed = sum(len(a.devices) for k in self._committed if (a := self._tentative.get(k)))
         if len(self._matching(name)) - self._held_total - committed >= amount:
             return None
@@ -889,10 +926,15 @@ class ClaimCatalog:
         if flags is None:
             cls = self.classes.get(name)
             shared = consuming = False
-            if cls is not None and (self._shared or self._pool_consumers):
-                for d in (*self._shared, *(d for ds in self._pool_consumers.values() for d in ds)):
+            if cls is not None and (self._shared or self._pool_consumers or self._consumable):
+                for d in (
+                    *self._shared,
+                    *(d for ds in self._pool_consumers.values() for d in ds),
+                    *(d for ds in self._consumable.values() for d in ds),
+                ):
                     if all(s.matches(d) for s in cls.selectors):
-                        shared = shared or not d.node
+                        # (a device allocatable many times: counting devices cannot tell)
+                        shared = shared or not d.node or d.consumable
                         consuming = consuming or bool(d.consumes)
             flags = self._class_flags[name] = (shared, consuming)
         return flags
@@ -953,10 +995,14 @@ class ClaimCatalog:
 
     def _hold(self, claim: Claim) -> None:
         assert claim.allocation is not None
-        for d in claim.allocation.devices:
+        for d in claim.allocation.exclusive:
             if d not in self._held_by:
                 self._held_total += 1
             self._held_by[d] = claim.key
+        for d, consumed in claim.allocation.consumption().items():
+            entry = self._consumed.setdefault(d, {})
+            for name, amount in consumed.items():
+                entry[name] = entry.get(name, 0) + amount
         self._touch(claim.allocation, held=True)
 
     def holder(self, node: str, device: DeviceId) -> str:

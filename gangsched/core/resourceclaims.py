@@ -33,6 +33,7 @@ from gangsched.core.model import AffinityTerm
 __all__ = [
     "CLASS_PREFIX",
     "AllocationMode",
+    "CapacityPolicy",
     "Claim",
     "ClaimAllocation",
     "ConfigEntry",
@@ -114,6 +115,67 @@ class Toleration:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityPolicy:
+    """A capacity's ``requestPolicy`` (consumable capacity): what a request that names the
+    capacity consumes of it (its amount rounded up to a valid value or a step of the valid
+    range), and what one that does not name it consumes (``default``, else the whole value),
+    as kube-scheduler v1.36's allocator computes it."""
+
+    default: int | None = None
+    valid_values: tuple[int, ...] = ()  # ascending
+    min: int | None = None
+    max: int | None = None
+    step: int | None = None
+
+    def consumed(self, asked: int | None, value: int) -> int:
+        if asked is None:
+            return self.default if self.default is not None else value
+        if self.min is not None:
+            if asked < self.min:
+                return self.min
+            if self.step is None:
+                return asked
+            n, rest = divmod(asked - self.min, self.step)
+            return self.min + self.step * (n + (1 if rest else 0))
+        for v in self.valid_values:
+            if asked <= v:
+                return v
+        return asked
+
+    def violated_by(self, amount: int) -> bool:
+        if self.default is not None and amount == self.default:
+            return False
+        if self.min is not None:
+            if self.max is not None and amount > self.max:
+                return True
+            return self.step is not None and (amount - self.min) % self.step != 0
+        if self.valid_values:
+            return amount not in self.valid_values
+        return False
+
+
+def consumed_capacity(
+    capacity: Mapping[str, int],
+    policies: Mapping[str, CapacityPolicy],
+    asked: Mapping[str, int],
+) -> dict[str, int] | None:
+    """What a request asking ``asked`` (by capacity name) consumes of each capacity of a
+    device, or None when a policy refuses it."""
+    out: dict[str, int] = {}
+    for name, value in capacity.items():
+        policy = policies.get(name)
+        want = asked.get(name)
+        if policy is None:
+            amount = value if want is None else want
+        else:
+            amount = policy.consumed(want, value)
+            if policy.violated_by(amount):
+                return None
+        out[name] = amount
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     """A device a driver published for a node (a node-local ResourceSlice). Attribute and
     capacity names are fully qualified (``gpu.nvidia.com/model``); a name without a domain
@@ -136,6 +198,32 @@ class Device:
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
     binds_to_node: bool = False
+    # consumable capacity (DRAConsumableCapacity): ``multi`` (allowMultipleAllocations): any
+    # number of claims may share the device while what they consume of its capacity fits;
+    # ``policies``: the capacities' request policies, by (qualified) name
+    multi: bool = False
+    policies: Mapping[str, CapacityPolicy] = field(default_factory=dict)
+    # the capacity names as the slice wrote them -> qualified, when any was written without
+    # its domain (a request's capacity names the capacity as the slice wrote it)
+    written: Mapping[str, str] = field(default_factory=dict)
+
+    def capacity_named(self, name: str) -> str:
+        """The qualified name of the capacity the slice wrote as ``name``, '' if none."""
+        if self.written:
+            return self.written.get(name, "")
+        return name if name in self.capacity else ""
+
+    def written_name(self, qualified: str) -> str:
+        """The capacity's name as the slice wrote it (as allocations name it)."""
+        for written, q in self.written.items():
+            if q == qualified:
+                return written
+        return qualified
+
+    @property
+    def consumable(self) -> bool:
+        """What a request consumes of the device's capacity decides whether it fits."""
+        return self.multi or bool(self.policies)
 
     @property
     def driver(self) -> str:
@@ -202,6 +290,9 @@ class ExactRequest:
     count: int = 1
     admin_access: bool = False
     tolerations: tuple[Toleration, ...] = ()
+    # consumable capacity: how much of each capacity (named as the slice writes it) the
+    # request needs of one device
+    capacity: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,10 +313,13 @@ class DeviceRequest:
 
 @dataclass(frozen=True, slots=True)
 class MatchAttribute:
-    """Devices of ``requests`` (every request of the claim when empty) share ``attribute``."""
+    """Devices of ``requests`` (every request of the claim when empty) share ``attribute``
+    (``matchAttribute``), or, ``distinct``, each have a value of it no other has
+    (``distinctAttribute``)."""
 
     attribute: str
     requests: tuple[str, ...] = ()
+    distinct: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +336,26 @@ class ClaimAllocation:
     conditions: tuple[tuple[DeviceId, tuple[str, ...], tuple[str, ...]], ...] = field(
         default=(), compare=False
     )
+    # consumable capacity: the results (by index) that share a device allocatable many times,
+    # with what they consume of its capacity (by name as the slice wrote it, amount)
+    shares: tuple[tuple[int, tuple[tuple[str, int], ...]], ...] = ()
+
+    def consumption(self) -> dict[DeviceId, dict[str, int]]:
+        """What the shared results consume, by device."""
+        out: dict[DeviceId, dict[str, int]] = {}
+        for i, consumed in self.shares:
+            used = out.setdefault(self.results[i][1], {})
+            for name, amount in consumed:
+                used[name] = used.get(name, 0) + amount
+        return out
+
+    @property
+    def exclusive(self) -> tuple[DeviceId, ...]:
+        """The devices the allocation holds alone (all but the shared ones)."""
+        if not self.shares:
+            return self.devices
+        shared = {i for i, _ in self.shares}
+        return tuple(d for i, (_, d) in enumerate(self.results) if i not in shared)
 
     @property
     def where(self) -> str:

@@ -266,13 +266,23 @@ def test_the_class_selects_the_slices_devices() -> None:
         ("spec.devices[0].nodeName", "node-b", "nodeName: only with spec.perDeviceNodeSelection"),
         (
             "spec.devices[0].allowMultipleAllocations",
-            True,
-            "allowMultipleAllocations: not supported",
+            "yes",
+            "allowMultipleAllocations: expected a boolean",
         ),
         (
             "spec.devices[0].capacity.memory.requestPolicy",
-            {"default": "1Gi"},
-            "spec.devices[0].capacity['memory'].requestPolicy: not supported yet",
+            {"validValues": ["2Gi", "1Gi"]},
+            "requestPolicy.validValues: must be in ascending order",
+        ),
+        (
+            "spec.devices[0].capacity.memory.requestPolicy",
+            {"validRange": {"min": "1Gi", "step": "0"}},
+            "requestPolicy.validRange.step: must be positive",
+        ),
+        (
+            "spec.devices[0].capacity.memory.requestPolicy",
+            {"validRange": {"max": "1Gi"}},
+            "requestPolicy.validRange.min: required",
         ),
         ("spec.devices[0].capacity.memory.value", "1.5", "a fraction is not supported yet"),
         (
@@ -391,8 +401,8 @@ R1 = "spec.devices.requests[1]"
         ),
         (
             f"{R0}.exactly.capacity",
-            {"requests": {"memory": "1Gi"}},
-            f"{R0}.exactly.capacity: not supported yet",
+            {"requests": {"memory": "lots"}},
+            f"{R0}.exactly.capacity.requests['memory']",
         ),
         (
             f"{R1}.firstAvailable[0].tolerations",
@@ -402,7 +412,7 @@ R1 = "spec.devices.requests[1]"
         (
             "spec.devices.constraints[0].distinctAttribute",
             "gpu.nvidia.com/uuid",
-            "spec.devices.constraints[0].distinctAttribute: not supported yet",
+            "expected exactly one of matchAttribute, distinctAttribute",
         ),
         (
             f"{R0}.exactly.selectors[0].cel.expression",
@@ -651,3 +661,87 @@ def test_binding_conditions_are_read_on_devices_and_allocations() -> None:
     assert c.allocation.conditions == (
         (DeviceId(NV, "node-b", "gpu-0"), ("Attached",), ("AttachFailed",)),
     )
+
+
+def test_consumable_capacity_is_read() -> None:
+    """A device allocatable many times, a capacity's request policy, a request's capacity, a
+    distinctAttribute constraint and an allocation's shares (consumable capacity)."""
+    from gangsched.api.dra import resource_claim_from, resource_slice_from
+    from gangsched.core.resourceclaims import CapacityPolicy, Claim, MatchAttribute
+
+    gi = 1024**3
+    sl = resource_slice_from(
+        {
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": "n1",
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [
+                    {
+                        "name": "g0",
+                        "allowMultipleAllocations": True,
+                        "capacity": {
+                            "memory": {
+                                "value": "80Gi",
+                                "requestPolicy": {
+                                    "default": "10Gi",
+                                    "validRange": {"min": "10Gi", "step": "10Gi"},
+                                },
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+    )
+    [d] = sl.devices  # type: ignore[union-attr]
+    assert d.multi and d.capacity == {"gpu.example.com/memory": 80 * gi}
+    assert d.policies == {
+        "gpu.example.com/memory": CapacityPolicy(10 * gi, (), 10 * gi, None, 10 * gi)
+    }
+    assert d.capacity_named("memory") == "gpu.example.com/memory"
+    assert d.written_name("gpu.example.com/memory") == "memory"
+    claim = resource_claim_from(
+        {
+            "metadata": {"name": "c", "namespace": "ml", "uid": "u"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": "gpu",
+                                "count": 2,
+                                "capacity": {"requests": {"memory": "25Gi"}},
+                            },
+                        }
+                    ],
+                    "constraints": [{"distinctAttribute": "gpu.example.com/numa"}],
+                }
+            },
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "gpu",
+                                "driver": "gpu.example.com",
+                                "pool": "n1",
+                                "device": "g0",
+                                "shareID": "0b1e3f0e-7d8c-4c61-9d55-5b0f4f1f8a11",
+                                "consumedCapacity": {"memory": "30Gi"},
+                            }
+                        ]
+                    }
+                }
+            },
+        }
+    )
+    assert isinstance(claim, Claim)
+    exact = claim.requests[0].exactly
+    assert exact is not None and exact.capacity == (("memory", 25 * gi),)
+    assert claim.constraints == (MatchAttribute("gpu.example.com/numa", (), distinct=True),)
+    assert claim.allocation is not None
+    assert claim.allocation.shares == ((0, (("memory", 30 * gi),)),)
+    assert claim.allocation.exclusive == ()

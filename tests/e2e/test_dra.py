@@ -904,3 +904,187 @@ def test_extended_resource_claims_are_laid_out_as_kube_scheduler_lays_them_out(
         }
     finally:
         ks.stop()
+
+
+# ---- consumable capacity, against kube-scheduler ------------------------------------------
+GIB = 1024**3
+
+# (devices: (allowMultipleAllocations, memory Gi, request policy, numa), pods: each one claim:
+# (count, memory asked in Gi or None, distinct numa)); the number of pods that bind is compared
+CAPACITY_CASES: list[tuple[list[tuple[bool, int, dict[str, Any] | None, int]], list[Any]]] = [
+    # shared while 80 Gi lasts: 30 + 30, not a third
+    ([(True, 80, None, 0)], [(1, 30, False)] * 3),
+    # asks of 15 Gi rounded up to 30 Gi by a range from 10 Gi in steps of 20 Gi
+    (
+        [(True, 80, {"default": "10Gi", "validRange": {"min": "10Gi", "step": "20Gi"}}, 0)],
+        [(1, 15, False)] * 3,
+    ),
+    # valid values: nothing asked takes the default, 20 and 30 round up to 40
+    (
+        [(True, 80, {"default": "16Gi", "validValues": ["16Gi", "40Gi"]}, 0)],
+        [(1, None, False), (1, 20, False), (1, 30, False)],
+    ),
+    # a device for one claim: the capacity asked must fit in it
+    ([(False, 40, None, 0)], [(1, 60, False), (1, 30, False)]),
+    # distinctAttribute: two devices of different numa nodes per claim
+    ([(False, 80, None, 0), (False, 80, None, 0), (False, 80, None, 1)], [(2, None, True)] * 2),
+    # one request of two devices: a device serves a request once
+    ([(True, 80, None, 0)], [(2, 30, False)]),
+    # ... but two devices allocatable many times serve it
+    ([(True, 80, None, 0), (True, 80, None, 0)], [(2, 30, False)] * 2),
+]
+
+
+def test_consumable_capacity_is_allocated_as_kube_scheduler_allocates_it(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    nodes: Nodes,
+    tmp_path: Path,
+) -> None:
+    """Differential, against kube-scheduler v1.36 (DRAConsumableCapacity on by default): for
+    each case, the same pods bind with either scheduler, the shares consume the same amounts,
+    and no device's capacity is exceeded."""
+    cp = claims_controller
+    if not KubeScheduler.available(cp):
+        pytest.skip("kube-scheduler is not built (hack/control-plane.sh builds it)")
+    nodes(2, gpus=0)
+    names = sorted(
+        n["metadata"]["name"]
+        for n in cp.kubectl_json("get", "nodes", "-l", f"e2e-test={ns}")["items"]
+    )
+    copies = {"gs": ("gangsched", names[0]), "ks": ("default-scheduler", names[1])}
+    made: list[tuple[str, str]] = []
+    capacity: dict[tuple[str, str], int] = {}
+    for who, (_, node) in copies.items():
+        driver = f"{ns}-{who}.cc.example.com"
+        create(
+            cp,
+            {
+                "apiVersion": RESOURCE,
+                "kind": "DeviceClass",
+                "metadata": {"name": driver},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+            },
+        )
+        made.append(("deviceclass", driver))
+        devices = []
+        for k, (devs, _) in enumerate(CAPACITY_CASES):
+            for j, (multi, memory, policy, numa) in enumerate(devs):
+                cap: dict[str, Any] = {"value": f"{memory}Gi"}
+                if policy:
+                    cap["requestPolicy"] = policy
+                device: dict[str, Any] = {
+                    "name": f"k{k}-d{j}",
+                    "attributes": {"case": {"int": k}, "numa": {"int": numa}},
+                    "capacity": {"memory": cap},
+                }
+                if multi:
+                    device["allowMultipleAllocations"] = True
+                devices.append(device)
+                capacity[(driver, f"k{k}-d{j}")] = memory * GIB
+        create(
+            cp,
+            {
+                "apiVersion": RESOURCE,
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{driver}"},
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            },
+        )
+        made.append(("resourceslice", f"{node}-{driver}"))
+    ks = KubeScheduler(cp, tmp_path / "kube-scheduler.log").start()
+    try:
+        for k, (_, pods_) in enumerate(CAPACITY_CASES):
+            for j, (count, memory, distinct) in enumerate(pods_):
+                for who, (scheduler, node) in copies.items():
+                    driver = f"{ns}-{who}.cc.example.com"
+                    exactly: dict[str, Any] = {
+                        "deviceClassName": driver,
+                        "count": count,
+                        "selectors": [
+                            {"cel": {"expression": f'device.attributes["{driver}"].case == {k}'}}
+                        ],
+                    }
+                    if memory is not None:
+                        exactly["capacity"] = {"requests": {"memory": f"{memory}Gi"}}
+                    devices_spec: dict[str, Any] = {
+                        "requests": [{"name": "gpu", "exactly": exactly}]
+                    }
+                    if distinct:
+                        devices_spec["constraints"] = [{"distinctAttribute": f"{driver}/numa"}]
+                    name = f"{who}-k{k}-{j}"
+                    create(
+                        cp,
+                        {
+                            "apiVersion": RESOURCE,
+                            "kind": "ResourceClaim",
+                            "metadata": {"name": name, "namespace": ns},
+                            "spec": {"devices": devices_spec},
+                        },
+                    )
+                    create(
+                        cp,
+                        claim_pod(
+                            name,
+                            ns,
+                            name,
+                            {"kubernetes.io/hostname": node},
+                            scheduler=scheduler,
+                        ),
+                    )
+                # one pod at a time per case and scheduler: the same order for both
+                wait_for(
+                    f"case {k} pod {j} decided by both",
+                    lambda k=k, j=j: all(
+                        pods(cp, ns)[f"{w}-k{k}-{j}"]["spec"].get("nodeName")
+                        or unbound_reason(pods(cp, ns)[f"{w}-k{k}-{j}"])
+                        for w in copies
+                    ),
+                    timeout=STEP,
+                )
+        now = pods(cp, ns)
+        all_claims = claims(cp, ns)
+        for k, (_, pods_) in enumerate(CAPACITY_CASES):
+            verdicts = {
+                w: [bool(now[f"{w}-k{k}-{j}"]["spec"].get("nodeName")) for j in range(len(pods_))]
+                for w in copies
+            }
+            assert verdicts["gs"] == verdicts["ks"], (k, verdicts)
+            shares = {}
+            for w in copies:
+                consumed = []
+                for j in range(len(pods_)):
+                    alloc = (all_claims[f"{w}-k{k}-{j}"].get("status") or {}).get("allocation")
+                    for r in ((alloc or {}).get("devices") or {}).get("results", []):
+                        amount = (r.get("consumedCapacity") or {}).get("memory")
+                        consumed.append(-1 if amount is None else _gib(amount))
+                shares[w] = sorted(consumed)
+            assert shares["gs"] == shares["ks"], (k, shares)
+        # no device gives more than it has
+        used: Counter[tuple[str, str]] = Counter()
+        for c in all_claims.values():
+            alloc = (c.get("status") or {}).get("allocation") or {}
+            for r in (alloc.get("devices") or {}).get("results", []):
+                amount = (r.get("consumedCapacity") or {}).get("memory")
+                if amount is not None:
+                    used[(r["driver"], r["device"])] += _gib(amount)
+        for device, amount in used.items():
+            assert amount <= capacity[device], (device, amount)
+    finally:
+        ks.stop()
+        for kind, name in made:
+            cp.kubectl("delete", kind, name, "--wait=false", check=False)
+
+
+def _gib(q: str) -> int:
+    units = {"Gi": GIB, "Mi": 1024**2, "Ki": 1024}
+    for suffix, factor in units.items():
+        if q.endswith(suffix):
+            return int(q[: -len(suffix)]) * factor
+    return int(q)

@@ -40,9 +40,17 @@ def test_allocating_pod_by_pod_would_leave_the_pair_waiting(
     kube-scheduler does, never revisiting an earlier pod's devices): the pair never starts."""
 
     def one_by_one(
-        claims: Any, devices: Any, classes: Any, used: Any, node: str, counters: Any = None
+        claims: Any,
+        devices: Any,
+        classes: Any,
+        used: Any,
+        node: str,
+        counters: Any = None,
+        consumed: Any = None,
     ) -> Any:
-        return allocate_one_by_one(claims, devices, classes, used, node, counters=counters)
+        return allocate_one_by_one(
+            claims, devices, classes, used, node, counters=counters, consumed=consumed
+        )
 
     monkeypatch.setattr(claimstate, "allocate", one_by_one)
     s = _run()

@@ -49,6 +49,7 @@ import asyncio
 import copy
 import json
 import time
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -231,6 +232,15 @@ def _term_json(term: AffinityTerm) -> JSON:
     return out
 
 
+def _quantity(n: int) -> str:
+    """A whole amount as kube writes a binary quantity: the largest binary suffix that keeps
+    it whole (``30Gi``), else plain digits."""
+    for suffix, power in (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if n and n % (1 << power) == 0:
+            return f"{n >> power}{suffix}"
+    return str(n)
+
+
 def allocation_json(
     allocation: ClaimAllocation,
     admin: Collection[str] = (),
@@ -238,16 +248,21 @@ def allocation_json(
     config: list[JSON] | None = None,
 ) -> JSON:
     """``status.allocation`` as kube-scheduler writes it: each result with its request's
-    ``adminAccess`` and ``tolerations``; the configuration; where it may be used."""
+    ``adminAccess`` and ``tolerations``, a share of a device allocatable many times with a new
+    ``shareID`` and its ``consumedCapacity``; the configuration; where it may be used."""
     results: list[dict[str, Any]] = []
     waits = {d: (c, f) for d, c, f in allocation.conditions}
-    for request, device in allocation.results:
+    shares = dict(allocation.shares)
+    for i, (request, device) in enumerate(allocation.results):
         r: dict[str, Any] = {
             "request": request,
             "driver": device.driver,
             "pool": device.pool,
             "device": device.name,
         }
+        if i in shares:  # a share of a device allocatable many times (consumable capacity)
+            r["shareID"] = str(uuid.uuid4())
+            r["consumedCapacity"] = {name: _quantity(amount) for name, amount in shares[i]}
         if device in waits:
             r["bindingConditions"] = list(waits[device][0])
             r["bindingFailureConditions"] = list(waits[device][1])
@@ -308,7 +323,12 @@ def binding_state(obj: Mapping[str, Any] | None, w: ClaimWrite) -> tuple[bool, s
 
 
 def _same(a: ClaimAllocation, b: ClaimAllocation) -> bool:
-    return a.node == b.node and a.reach == b.reach and sorted(a.results) == sorted(b.results)
+    return (
+        a.node == b.node
+        and a.reach == b.reach
+        and sorted(a.results) == sorted(b.results)
+        and sorted(a.consumption().items()) == sorted(b.consumption().items())
+    )
 
 
 class _WriteError(Exception):
