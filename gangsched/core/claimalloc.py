@@ -173,8 +173,10 @@ class _Search:
             return False
         if counted and d.consumes and not (d.multi and d.id in self.capacity) and not self.room(d):
             return False  # (a device shared already took its counters with its first share)
-        if request.admin_access or d.multi:
+        if request.admin_access:
             return True
+        if d.multi:  # shared, unless an allocation without shares holds it (as kube-scheduler)
+            return d.id not in self.used
         return d.id not in self.taken and d.id not in self.used
 
     def room(self, *devices: Device) -> bool:

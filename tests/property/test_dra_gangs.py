@@ -9,6 +9,8 @@ adapter writes them. Whatever the input:
   hold;
 - the counter sets of partitionable nodes (every device consumes its size from its node's
   set) are never over-consumed by what the scheduler allocates;
+- a device allocatable many times (consumable capacity) is shared by claims, but what their
+  shares consume never exceeds its capacity;
 - all or nothing: a gang runs with every member or none, and a claim of a member not bound is
   not allocated.
 """
@@ -61,6 +63,17 @@ def clusters(draw: st.DrawFn) -> tuple[Harness, dict[str, list[str]], dict[str, 
             )
             for i in range(draw(st.integers(1, 4)))
         ]
+        if not partitioned and draw(st.integers(0, 1)) == 0:  # shared by claims while it lasts
+            devices.append(
+                Device(
+                    DeviceId(DRIVER, n, "multi"),
+                    n,
+                    {"model": draw(st.sampled_from("ab"))},
+                    {f"{DRIVER}/mem": draw(st.integers(2, 6))},
+                    multi=True,
+                    written={"mem": f"{DRIVER}/mem"},
+                )
+            )
         h.s.resource_slice_upsert(f"{n}-slice", devices)
         if partitioned:
             total = draw(st.integers(1, 4))
@@ -97,12 +110,17 @@ def clusters(draw: st.DrawFn) -> tuple[Harness, dict[str, list[str]], dict[str, 
                 count = draw(st.integers(1, 2))
                 sel = (model_is(model),) if model else ()
                 name = f"g{g}-m{i}"
+                capacity = (("mem", draw(st.integers(1, 3))),) if draw(st.booleans()) else ()
                 h.s.resource_claim_upsert(
                     Claim(
                         "ml",
                         name,
                         f"u-{name}",
-                        (DeviceRequest("gpu", ExactRequest(DRIVER, sel, count=count)),),
+                        (
+                            DeviceRequest(
+                                "gpu", ExactRequest(DRIVER, sel, count=count, capacity=capacity)
+                            ),
+                        ),
                     )
                 )
                 claim_key = f"ml/{name}"
@@ -141,10 +159,21 @@ def test_no_device_twice_every_allocation_valid_and_gangs_whole_or_not_at_all(
     h, gangs, models = built
     settle(h)
     catalog = h.s.cache.resource_claims
-    held = Counter(d for c in catalog.claims.values() if c.allocation for d in c.allocation.devices)
+    held = Counter(
+        d for c in catalog.claims.values() if c.allocation for d in c.allocation.exclusive
+    )
     assert not [d for d, n in held.items() if n > 1], "a device allocated twice"
     devices = {d.id: d for n in h.s.cache.nodes for d in catalog.devices(n)}
     devices.update((d.id, d) for d in catalog._shared)
+    shared: Counter[DeviceId] = Counter()
+    for c in catalog.claims.values():
+        if c.allocation:
+            for d, used in c.allocation.consumption().items():
+                assert devices[d].multi, f"{d} shared but not allocatable many times"
+                shared[d] += used.get("mem", 0)
+    for d, amount in shared.items():
+        assert amount <= devices[d].capacity[f"{DRIVER}/mem"], f"{d}: {amount} consumed"
+        assert not held[d], f"{d} both shared and held"
     totals = {(c[0], c[1]): c[4] for cs in catalog._counter_slices.values() for c in cs}
     for pool, total in totals.items():
         mine = [
