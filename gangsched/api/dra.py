@@ -55,10 +55,12 @@ __all__ = [
     "DraError",
     "PodClaims",
     "ResourceSlice",
+    "TaintRule",
     "device_class_from",
     "pod_claims",
     "resource_claim_from",
     "resource_slice_from",
+    "taint_rule_from",
 ]
 
 # The most devices one request may ask (resource.k8s.io AllocationResultsMaxSize).
@@ -432,6 +434,45 @@ def _taint(v: object, field: str) -> DeviceTaint:
     if not isinstance(value, str):
         raise SpecError(f"{field}.value: expected a string, got {as_written(value)}")
     return DeviceTaint(nonempty_str(t.get("key"), f"{field}.key"), value, str(effect))
+
+
+@dataclass(frozen=True, slots=True)
+class TaintRule:
+    """A DeviceTaintRule (``resource.k8s.io/v1beta2``): its taint, on every device of the
+    driver, pool and device named (an empty one matches any)."""
+
+    name: str
+    taint: DeviceTaint
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+
+    def applies(self, d: DeviceId) -> bool:
+        return (
+            (not self.driver or self.driver == d.driver)
+            and (not self.pool or self.pool == d.pool)
+            and (not self.device or self.device == d.name)
+        )
+
+
+def taint_rule_from(obj: object) -> TaintRule | DraError:
+    """A DeviceTaintRule: ``spec.deviceSelector`` (driver, pool, device) and ``spec.taint``."""
+    name = _name(obj)
+    try:
+        m = as_map(obj, "object")
+        meta = as_map(m.get("metadata"), "metadata")
+        name = nonempty_str(meta.get("name"), "metadata.name")
+        spec = as_map(m.get("spec"), "spec")
+        sel = as_map(spec.get("deviceSelector"), "spec.deviceSelector")
+        named = {
+            k: "" if sel.get(k) is None else nonempty_str(sel.get(k), f"spec.deviceSelector.{k}")
+            for k in ("driver", "pool", "device")
+        }
+        return TaintRule(name, _taint(spec.get("taint"), "spec.taint"), **named)
+    except (SpecError, QuantityError, TypeError, ValueError) as e:
+        return DraError(name, str(e))
+    except Exception as e:  # never raise on what the API server sends
+        return DraError(name, unreadable(e))
 
 
 def _tolerations(v: object, field: str) -> tuple[Toleration, ...]:

@@ -12,25 +12,34 @@ core; the claims are also kept as last seen, for the binder's writes (kube/write
 - **ResourceClaims.** One that cannot be read is known to the core as refused: its pods wait,
   naming the claim and the field; an allocation it had still holds its devices.
 
+- **DeviceTaintRules** (``resource.k8s.io/v1beta2``, served when the API server runs with the
+  ``DRADeviceTaintRules`` gate and that API version on): each rule's taint is added to the
+  devices its selector names (driver, pool, device) before the core sees them, as
+  kube-scheduler adds them; a rule that changes re-publishes the devices.
+
 If the server does not serve ``resource.k8s.io/v1`` (before Kubernetes 1.34), the reflectors
-report the resources absent and look for them again every minute; pods with claims wait.
+report the resources absent and look for them again every minute; pods with claims wait. Not
+serving DeviceTaintRules (the default) only means there are none.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
 from gangsched.api.dra import (
     DraError,
     ResourceSlice,
+    TaintRule,
     device_class_from,
     resource_claim_from,
     resource_slice_from,
+    taint_rule_from,
 )
+from gangsched.core.resourceclaims import Device
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON
@@ -43,6 +52,7 @@ __all__ = ["API", "DraWatch"]
 log = structlog.get_logger("gangsched.dra")
 
 API = "/apis/resource.k8s.io/v1"
+TAINT_RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
 
 
 def _name(obj: JSON) -> str:
@@ -75,6 +85,38 @@ class DraWatch:
         self._pools: dict[tuple[str, str], set[str]] = {}
         self._in_core: set[str] = set()  # slices whose devices the core counts
         self.refused: dict[str, str] = {}  # kind/key -> why, as last logged
+        self._rules: dict[str, TaintRule] = {}  # DeviceTaintRules by name
+
+    # ---- device taint rules ---------------------------------------------------------------
+    def _rule_upsert(self, obj: JSON) -> None:
+        read = taint_rule_from(obj)
+        if isinstance(read, DraError):
+            self._refuse("DeviceTaintRule", read)
+            return
+        self.refused.pop(f"DeviceTaintRule/{read.name}", None)
+        if self._rules.get(read.name) != read:
+            self._rules[read.name] = read
+            self._resettle()
+
+    def _rule_delete(self, name: str) -> None:
+        self.refused.pop(f"DeviceTaintRule/{name}", None)
+        if self._rules.pop(name, None) is not None:
+            self._resettle()
+
+    def _resettle(self) -> None:
+        for pool in list(self._pools):
+            self._settle(pool)
+
+    def _tainted(self, devices: tuple[Device, ...]) -> tuple[Device, ...]:
+        """The devices with the taints of the rules that name them."""
+        if not self._rules:
+            return devices
+        rules = sorted(self._rules.values(), key=lambda r: r.name)
+        out = []
+        for d in devices:
+            extra = tuple(r.taint for r in rules if r.applies(d.id) and r.taint not in d.taints)
+            out.append(replace(d, taints=d.taints + extra) if extra else d)
+        return tuple(out)
 
     # ---- device classes -------------------------------------------------------------------
     def _class_upsert(self, obj: JSON) -> None:
@@ -146,7 +188,7 @@ class DraWatch:
             s = self._slices[n]
             if s.generation == newest and isinstance(s.read, ResourceSlice):
                 r = s.read
-                self._core.resource_slice_upsert(n, r.devices, r.pool_counters)
+                self._core.resource_slice_upsert(n, self._tainted(r.devices), r.pool_counters)
                 self._in_core.add(n)
             elif n in self._in_core:
                 self._core.resource_slice_delete(n)
@@ -188,5 +230,11 @@ class DraWatch:
                 f"{API}/resourceclaims",
                 handler(_key, self._claim_upsert, self._claim_delete),
                 name="resourceclaims",
+            ),
+            Reflector(
+                client,
+                TAINT_RULES,
+                handler(_name, self._rule_upsert, self._rule_delete),
+                name="devicetaintrules",
             ),
         ]

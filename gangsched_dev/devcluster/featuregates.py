@@ -13,6 +13,10 @@ in every release that has it:
 
 A beta or alpha API version is served only when ``--runtime-config`` asks for it.
 
+DeviceTaintRules (``resource.k8s.io/v1beta2``, Dynamic Resource Allocation) are off by default
+in 1.36 (the gate ``DRADeviceTaintRules`` is beta, off, as its API version is): the 1.36 dev
+control plane serves them, so that the scheduler's handling of them can be tried.
+
 kube-controller-manager's Job controller creates a Workload and a PodGroup for a Job and makes
 its pods join it when it runs with the gate ``WorkloadWithJob`` (alpha in 1.36 and 1.37):
 :func:`controller_manager_args`, off unless asked for, since such a Job's pods then join that
@@ -57,8 +61,8 @@ def apiserver_args(version: tuple[int, int] | None) -> list[str]:
     if version < (1, 37):
         return [
             "--feature-gates=GenericWorkload=true,GangScheduling=true,"
-            "TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true",
-            "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+            "TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true,DRADeviceTaintRules=true",
+            "--runtime-config=scheduling.k8s.io/v1alpha2=true,resource.k8s.io/v1beta2=true",
         ]
     return [
         "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true,"

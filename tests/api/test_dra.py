@@ -745,3 +745,24 @@ def test_consumable_capacity_is_read() -> None:
     assert claim.allocation is not None
     assert claim.allocation.shares == ((0, (("memory", 30 * gi),)),)
     assert claim.allocation.exclusive == ()
+
+
+def test_a_device_taint_rule_is_read_and_names_its_devices() -> None:
+    from gangsched.api.dra import DraError, taint_rule_from
+    from gangsched.core.resourceclaims import DeviceId, DeviceTaint
+
+    rule = taint_rule_from(
+        {
+            "metadata": {"name": "maint"},
+            "spec": {
+                "deviceSelector": {"driver": "gpu.example.com", "pool": "n1"},
+                "taint": {"key": "maintenance", "value": "now", "effect": "NoExecute"},
+            },
+        }
+    )
+    assert not isinstance(rule, DraError)
+    assert rule.taint == DeviceTaint("maintenance", "now", "NoExecute")
+    assert rule.applies(DeviceId("gpu.example.com", "n1", "gpu-3"))
+    assert not rule.applies(DeviceId("gpu.example.com", "n2", "gpu-3"))
+    bad = taint_rule_from({"metadata": {"name": "x"}, "spec": {"taint": {"effect": "Soon"}}})
+    assert isinstance(bad, DraError) and "spec.taint.effect" in bad.reason

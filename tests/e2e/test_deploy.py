@@ -548,6 +548,7 @@ IN_NS = ("-n", NAMESPACE)
 
 ALLOWED: list[tuple[str, ...]] = [
     ("list", "deviceclasses.resource.k8s.io"),
+    ("watch", "devicetaintrules.resource.k8s.io"),
     ("watch", "resourceslices.resource.k8s.io"),
     ("watch", "resourceclaims.resource.k8s.io"),
     ("get", "resourceclaims.resource.k8s.io"),

@@ -1088,3 +1088,55 @@ def _gib(q: str) -> int:
         if q.endswith(suffix):
             return int(q[: -len(suffix)]) * factor
     return int(q)
+
+
+def test_a_device_taint_rule_keeps_its_devices_from_claims_until_it_goes(
+    claims_controller: ControlPlane,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    driver: Driver,
+    dra_nodes: Callable[[int, int], dict[str, str]],
+) -> None:
+    """A DeviceTaintRule (resource.k8s.io/v1beta2, which the 1.36 dev control plane serves)
+    tainting one of 4 devices NoSchedule: a gang of 4 claims of one device each waits, none
+    allocated; once the rule is deleted, the gang binds whole."""
+    cp = claims_controller
+    served = cp.kubectl("api-resources", "--api-group=resource.k8s.io", "-o", "name", check=False)
+    if "devicetaintrules" not in str(served):
+        pytest.skip("the API server does not serve DeviceTaintRules")
+    sel = dra_nodes(2, 2)
+    names = sorted(
+        n["metadata"]["name"]
+        for n in cp.kubectl_json("get", "nodes", "-l", f"e2e-test={ns}")["items"]
+    )
+    rule = f"{ns}-maintenance"
+    create(
+        cp,
+        {
+            "apiVersion": "resource.k8s.io/v1beta2",
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": rule},
+            "spec": {
+                "deviceSelector": {"driver": driver.name, "pool": names[1], "device": "gpu-0"},
+                "taint": {"key": "example.com/maintenance", "effect": "NoSchedule"},
+            },
+        },
+    )
+    try:
+        for i in range(4):
+            driver.claim(f"c{i}")
+        create(cp, podgroup("g", ns, 4))
+        for i in range(4):
+            create(cp, claim_pod(f"g-{i}", ns, f"c{i}", sel, group="g"))
+        wait_for(
+            "the gang to say why it waits",
+            lambda: all("Unschedulable" in unbound_reason(p) for p in pods(cp, ns).values()),
+            timeout=STEP,
+        )
+        time.sleep(3)  # a few more attempts
+        assert bound(cp, ns) == {}
+        assert not any(devices_of(c) for c in claims(cp, ns).values())
+    finally:
+        cp.kubectl("delete", "devicetaintrule", rule, "--wait=false", check=False)
+    wait_for("the gang bound once the rule went", lambda: len(bound(cp, ns)) == 4, timeout=STEP)
+    no_device_twice(list(claims(cp, ns).values()))
