@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from gangsched.core.cache import ClusterCache, NodeInfo
@@ -63,10 +63,11 @@ class Code(enum.IntEnum):
 class Status:
     code: Code = Code.SUCCESS
     reason: str = ""
+    # (a field, not a property: read for every filter of every node on the hot path)
+    ok: bool = field(init=False, compare=False, repr=False)
 
-    @property
-    def ok(self) -> bool:
-        return self.code is Code.SUCCESS
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", self.code is Code.SUCCESS)
 
 
 SUCCESS = Status()
@@ -137,6 +138,9 @@ class PreFilterPlugin(Protocol):
 
 
 class ScorePlugin(Protocol):
+    """A scorer may also have ``constant(pod) -> bool``: True when it scores every node the
+    same for this pod, so that the search need not ask it (the ranking does not change)."""
+
     name: str
 
     def score(self, pod: Pod, node: NodeInfo) -> float:

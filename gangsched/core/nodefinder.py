@@ -17,7 +17,7 @@ filters. Normalizing scorers collect a raw score for every feasible node found a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.framework import (
@@ -63,6 +63,8 @@ class NodeFinder:
         self._sync_indexed()
         self._scorers: list[tuple[ScorePlugin, int]] = []
         self._normalizing: list[tuple[NormalizingScorePlugin, int]] = []
+        # the scorers that may score every node alike for a pod (``constant``)
+        self._constant: list[tuple[ScorePlugin, int, Callable[[Pod], bool]]] = []
         for sc, w in scorers:
             if w <= 0:
                 continue
@@ -70,6 +72,9 @@ class NodeFinder:
                 self._normalizing.append((sc, w))
             else:
                 self._scorers.append((sc, w))
+                constant = getattr(sc, "constant", None)
+                if constant is not None:
+                    self._constant.append((sc, w, constant))
         self._nodes_to_score = max(1, nodes_to_score)
         self._verdicts: dict[Placement, dict[str, Status]] = {}
         self._generation = -1
@@ -200,6 +205,11 @@ class NodeFinder:
             or (not pod.placement.node_name and within is None)
             else self._dynamic
         )
+        scorers = self._scorers
+        if self._constant:  # (a scorer that ranks every node alike for this pod is not asked)
+            alike = {id(sc) for sc, _, constant in self._constant if constant(pod)}
+            if alike:
+                scorers = [(sc, w) for sc, w in scorers if id(sc) not in alike]
         for info in self._candidates(pod) if within is None else self._within(pod, within):
             if not self._feasible(pod, info, verdicts, dynamic):
                 continue
@@ -212,7 +222,7 @@ class NodeFinder:
                 continue
             found += 1
             score = 0.0
-            for plugin, weight in self._scorers:
+            for plugin, weight in scorers:
                 score += weight * plugin.score(pod, info)
             if normalizing:
                 feasible.append((info, score))

@@ -23,6 +23,13 @@ class LeastAllocated:
     def __init__(self, gpu_resource: str = GPU) -> None:
         self.gpu_resource = gpu_resource
 
+    def constant(self, pod: Pod) -> bool:
+        return (
+            pod.gpu is not None
+            or bool(pod.resource_claims)
+            or pod.requests.get(self.gpu_resource, 0) > 0
+        )
+
     def score(self, pod: Pod, node: NodeInfo) -> float:
         requests = pod.requests
         if pod.gpu is not None or pod.resource_claims or requests.get(self.gpu_resource, 0) > 0:

@@ -48,6 +48,9 @@ class NodeAffinityScore:
 
     name: str = "NodeAffinity"
 
+    def constant(self, pod: Pod) -> bool:
+        return not pod.placement.affinity.preferred
+
     def score(self, pod: Pod, node: NodeInfo) -> float:
         preferred = pod.placement.affinity.preferred
         n = node.node

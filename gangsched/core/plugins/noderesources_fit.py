@@ -6,7 +6,7 @@ from gangsched.core.cache import NodeInfo
 from gangsched.core.framework import SUCCESS, Code, Status
 from gangsched.core.model import Pod
 from gangsched.core.plugins._common import NODE_NOT_FOUND
-from gangsched.core.resources import PODS, insufficient
+from gangsched.core.resources import PODS
 
 __all__ = ["NodeResourcesFit"]
 
@@ -22,12 +22,26 @@ class NodeResourcesFit:
     def __init__(self) -> None:
         # One Status per resource name, built on first failure: no allocation on the hot path.
         self._statuses: dict[str, Status] = {}
+        # the last requests filtered and their non-zero amounts (the pod is asked on many
+        # nodes in a row)
+        self._requests: object = None
+        self._asked: tuple[tuple[str, int], ...] = ()
 
     def filter(self, pod: Pod, node: NodeInfo) -> Status:
         n = node.node
         if n is None:
             return NODE_NOT_FOUND
-        short = insufficient(pod.requests, n.allocatable, node.requested)
+        requests = pod.requests
+        if requests is not self._requests:
+            self._requests = requests
+            self._asked = tuple((k, v) for k, v in requests.items() if v)
+        allocatable = n.allocatable
+        used = node.requested
+        short = None
+        for k, v in self._asked:
+            if v > allocatable.get(k, 0) - used.get(k, 0):
+                short = k
+                break
         if short is None:
             return SUCCESS
         status = self._statuses.get(short)

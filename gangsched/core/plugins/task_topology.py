@@ -93,6 +93,12 @@ class TaskTopology:
         self._gang = gang
         self._relations: dict[TopologySpec, tuple[dict[str, set[str]], dict[str, set[str]]]] = {}
 
+    def constant(self, pod: Pod) -> bool:
+        if not pod.group or not pod.role:
+            return True
+        spec = self._gang(pod.group)
+        return spec is None or not (spec.topology.affinity or spec.topology.anti_affinity)
+
     def score(self, pod: Pod, node: NodeInfo) -> float:
         if not pod.group or not pod.role:
             return 0.0
