@@ -211,11 +211,21 @@ class NodeFinder:
             if alike:
                 scorers = [(sc, w) for sc, w in scorers if id(sc) not in alike]
         for info in self._candidates(pod) if within is None else self._within(pod, within):
-            if not self._feasible(pod, info, verdicts, dynamic):
+            # (``_feasible``, inlined: this loop runs for every candidate of every pod)
+            verdict = verdicts.get(info.name)
+            if verdict is None:
+                verdict = self._static_verdict(pod, info, verdicts)
+            if not verdict.ok:
                 continue
             refused = False
-            for f in stateful:  # (a plain loop: cheaper than all() on the hot path)
-                if not f.filter_with(pod, info, state).ok:
+            for f in dynamic:  # (a plain loop: cheaper than all() on the hot path)
+                if not f.filter(pod, info).ok:
+                    refused = True
+                    break
+            if refused:
+                continue
+            for sf in stateful:
+                if not sf.filter_with(pod, info, state).ok:
                     refused = True
                     break
             if refused:
@@ -296,23 +306,6 @@ class NodeFinder:
         return f"0/{total} nodes are available: {parts}."
 
     # ---- internals ---------------------------------------------------------------------
-    def _feasible(
-        self,
-        pod: Pod,
-        info: NodeInfo,
-        verdicts: dict[str, Status],
-        dynamic: list[FilterPlugin] | None = None,
-    ) -> bool:
-        status = verdicts.get(info.name)
-        if status is None:
-            status = self._static_verdict(pod, info, verdicts)
-        if not status.ok:
-            return False
-        for f in self._dynamic if dynamic is None else dynamic:  # noqa: SIM110 - a plain loop is faster on the hot path
-            if not f.filter(pod, info).ok:
-                return False
-        return True
-
     def _static_verdict(self, pod: Pod, info: NodeInfo, verdicts: dict[str, Status]) -> Status:
         status = verdicts.get(info.name)
         if status is not None:

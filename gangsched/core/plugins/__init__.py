@@ -96,7 +96,7 @@ SCORERS: dict[str, ScoreFactory] = {
     LeastAllocated.name: lambda ctx: LeastAllocated(),
     NodeAffinityScore.name: lambda ctx: NodeAffinityScore(),
     PodTopologySpreadScore.name: lambda ctx: PodTopologySpreadScore(ctx.cache, ctx.settings),
-    TaintTolerationScore.name: lambda ctx: TaintTolerationScore(),
+    TaintTolerationScore.name: lambda ctx: TaintTolerationScore(ctx.cache),
     TaskTopology.name: lambda ctx: TaskTopology(ctx.cache, ctx.gangs),
 }
 

@@ -8,7 +8,7 @@ compares it; any other operator matches nothing.
 
 from __future__ import annotations
 
-from gangsched.core.cache import NodeInfo
+from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.framework import SUCCESS, Code, Status
 from gangsched.core.match import (
     NO_EXECUTE,
@@ -54,6 +54,27 @@ class TaintTolerationScore:
     """
 
     name: str = "TaintToleration"
+
+    def __init__(self, cache: ClusterCache | None = None) -> None:
+        # with the cache: whether any node has a PreferNoSchedule taint, as of its static
+        # generation (none: every node scores 100, whatever the pod)
+        self._cache = cache
+        self._known: tuple[int, bool] = (-1, True)
+
+    def constant(self, pod: Pod) -> bool:
+        cache = self._cache
+        if cache is None:
+            return False
+        gen, preferring = self._known
+        if gen != cache.static_generation:
+            preferring = any(
+                t.effect == PREFER_NO_SCHEDULE
+                for info in cache.nodes.values()
+                if info.node is not None
+                for t in info.node.taints
+            )
+            self._known = (cache.static_generation, preferring)
+        return not preferring
 
     def score(self, pod: Pod, node: NodeInfo) -> float:
         n = node.node
