@@ -11,7 +11,9 @@ lists what is read and what is refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gangsched.api.affinity import node_selector_term
 from gangsched.api.cel import compile_selector, parse_semver
@@ -48,6 +50,8 @@ from gangsched.core.resourceclaims import (
     Toleration,
     Version,
 )
+
+_T = TypeVar("_T")
 
 __all__ = [
     "EXTENDED_CLAIM",
@@ -167,26 +171,35 @@ def _config(v: object, field: str, requests: set[str] | None) -> tuple[ConfigEnt
 
 
 # ---- DeviceClass ----------------------------------------------------------------------------
-def device_class_from(obj: object) -> DeviceClass | DraError:
-    """A DeviceClass (cluster-scoped): its name and compiled ``spec.selectors``."""
+def _cluster_object(obj: object, read: Callable[[str, Obj, Obj], _T]) -> _T | DraError:
+    """A cluster-scoped object read by ``read(name, metadata, spec)``; a ``DraError`` naming
+    the field when it cannot be. Never raises on what the API server sends."""
     name = _name(obj)
     try:
         m = as_map(obj, "object")
         meta = as_map(m.get("metadata"), "metadata")
         name = nonempty_str(meta.get("name"), "metadata.name")
-        spec = as_map(m.get("spec"), "spec")
-        extended = spec.get("extendedResourceName")
-        return DeviceClass(
-            name,
-            _selectors(spec.get("selectors"), "spec.selectors"),
-            _config(spec.get("config"), "spec.config", None),
-            "" if extended is None else nonempty_str(extended, "spec.extendedResourceName"),
-            timestamp(meta.get("creationTimestamp")),
-        )
+        return read(name, meta, as_map(m.get("spec"), "spec"))
     except (SpecError, QuantityError, TypeError, ValueError) as e:
         return DraError(name, str(e))
-    except Exception as e:  # never raise on what the API server sends
+    except Exception as e:
         return DraError(name, unreadable(e))
+
+
+def _device_class(name: str, meta: Obj, spec: Obj) -> DeviceClass:
+    extended = spec.get("extendedResourceName")
+    return DeviceClass(
+        name,
+        _selectors(spec.get("selectors"), "spec.selectors"),
+        _config(spec.get("config"), "spec.config", None),
+        "" if extended is None else nonempty_str(extended, "spec.extendedResourceName"),
+        timestamp(meta.get("creationTimestamp")),
+    )
+
+
+def device_class_from(obj: object) -> DeviceClass | DraError:
+    """A DeviceClass (cluster-scoped): its name and compiled ``spec.selectors``."""
+    return _cluster_object(obj, _device_class)
 
 
 # ---- ResourceSlice --------------------------------------------------------------------------
@@ -455,24 +468,18 @@ class TaintRule:
         )
 
 
+def _taint_rule(name: str, meta: Obj, spec: Obj) -> TaintRule:
+    sel = as_map(spec.get("deviceSelector"), "spec.deviceSelector")
+    driver, pool, device = (
+        "" if sel.get(k) is None else nonempty_str(sel.get(k), f"spec.deviceSelector.{k}")
+        for k in ("driver", "pool", "device")
+    )
+    return TaintRule(name, _taint(spec.get("taint"), "spec.taint"), driver, pool, device)
+
+
 def taint_rule_from(obj: object) -> TaintRule | DraError:
     """A DeviceTaintRule: ``spec.deviceSelector`` (driver, pool, device) and ``spec.taint``."""
-    name = _name(obj)
-    try:
-        m = as_map(obj, "object")
-        meta = as_map(m.get("metadata"), "metadata")
-        name = nonempty_str(meta.get("name"), "metadata.name")
-        spec = as_map(m.get("spec"), "spec")
-        sel = as_map(spec.get("deviceSelector"), "spec.deviceSelector")
-        named = {
-            k: "" if sel.get(k) is None else nonempty_str(sel.get(k), f"spec.deviceSelector.{k}")
-            for k in ("driver", "pool", "device")
-        }
-        return TaintRule(name, _taint(spec.get("taint"), "spec.taint"), **named)
-    except (SpecError, QuantityError, TypeError, ValueError) as e:
-        return DraError(name, str(e))
-    except Exception as e:  # never raise on what the API server sends
-        return DraError(name, unreadable(e))
+    return _cluster_object(obj, _taint_rule)
 
 
 def _tolerations(v: object, field: str) -> tuple[Toleration, ...]:

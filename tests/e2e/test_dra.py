@@ -55,6 +55,44 @@ def claims_controller(control_plane: ControlPlane) -> Iterator[ControlPlane]:
         control_plane.stop_controller_manager()
 
 
+def driver_class(cp: ControlPlane, name: str, driver: str, **spec: Any) -> str:
+    """A DeviceClass ``name`` of every device of ``driver``; ``spec``: more of its spec."""
+    create(
+        cp,
+        {
+            "apiVersion": RESOURCE,
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}],
+                **spec,
+            },
+        },
+    )
+    return name
+
+
+def node_slice(cp: ControlPlane, driver: str, node: str, devices: list[dict[str, Any]]) -> str:
+    """A ResourceSlice of ``devices`` for ``node``, in a pool of its own named for the node;
+    returns its name."""
+    name = f"{node}-{driver}"
+    create(
+        cp,
+        {
+            "apiVersion": RESOURCE,
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        },
+    )
+    return name
+
+
 class Driver:
     """The fake DRA driver of one test: driver ``<ns>.gpu.example.com``, a DeviceClass of the
     same name, one pool and one ResourceSlice per node."""
@@ -63,16 +101,7 @@ class Driver:
         self.cp, self.ns = cp, ns
         self.name = f"{ns}.gpu.example.com"
         self.made: list[tuple[str, str]] = []
-        create(
-            cp,
-            {
-                "apiVersion": RESOURCE,
-                "kind": "DeviceClass",
-                "metadata": {"name": self.name},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{self.name}"'}}]},
-            },
-        )
-        self.made.append(("deviceclass", self.name))
+        self.made.append(("deviceclass", driver_class(cp, self.name, self.name)))
 
     def publish(self, node: str, gpus: int, model: str = "h100", **device: Any) -> None:
         """``gpus`` devices on ``node``; ``device``: more fields of each device (such as its
@@ -90,40 +119,14 @@ class Driver:
             }
             for i in range(gpus)
         ]
-        name = f"{node}-{self.name}"
-        create(
-            self.cp,
-            {
-                "apiVersion": RESOURCE,
-                "kind": "ResourceSlice",
-                "metadata": {"name": name},
-                "spec": {
-                    "driver": self.name,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices,
-                },
-            },
-        )
-        self.made.append(("resourceslice", name))
+        self.made.append(("resourceslice", node_slice(self.cp, self.name, node, devices)))
 
     def extended_class(self, resource: str) -> str:
         """A second DeviceClass of the driver's devices that serves the extended resource
         ``resource`` (DRA extended resources): pods asking for it get their devices through
         a claim the scheduler makes."""
         name = f"{self.name}.extended"
-        create(
-            self.cp,
-            {
-                "apiVersion": RESOURCE,
-                "kind": "DeviceClass",
-                "metadata": {"name": name},
-                "spec": {
-                    "selectors": [{"cel": {"expression": f'device.driver == "{self.name}"'}}],
-                    "extendedResourceName": resource,
-                },
-            },
-        )
+        driver_class(self.cp, name, self.name, extendedResourceName=resource)
         self.made.append(("deviceclass", name))
         return name
 
@@ -328,6 +331,59 @@ def unbound_reason(p: dict[str, Any]) -> str:
     return str(c.get("message", ""))
 
 
+def claim_gang(
+    cp: ControlPlane, driver: Driver, ns: str, name: str, size: int, sel: dict[str, str]
+) -> None:
+    """A gang of ``size`` pods, each with a claim of one device of ``driver`` of its own."""
+    for i in range(size):
+        driver.claim(f"c{i}")
+    create(cp, podgroup(name, ns, size))
+    for i in range(size):
+        create(cp, claim_pod(f"{name}-{i}", ns, f"c{i}", sel, group=name))
+
+
+def waits_unbound(cp: ControlPlane, ns: str) -> None:
+    """Every pod says why it waits; a few more attempts later, none is bound."""
+    wait_for(
+        "the gang to say why it waits",
+        lambda: all("Unschedulable" in unbound_reason(p) for p in pods(cp, ns).values()),
+        timeout=STEP,
+    )
+    time.sleep(3)  # a few more attempts
+    assert bound(cp, ns) == {}
+
+
+Objects = dict[str, dict[str, Any]]
+
+
+def written_before_binding(pod_watch: Watch, claim_watch: Watch, n: int) -> tuple[Objects, Objects]:
+    """Once the watches show ``n`` bindings and ``n`` allocated claims: each claim as first
+    allocated and reserved, and each pod as first bound (read from the watch: once pods
+    finish, the resourceclaim controller deletes their claims); every claim was allocated and
+    reserved before the first member bound."""
+    wait_for(
+        f"the watches to show the {n} bindings and claims",
+        lambda: (
+            len({p["metadata"]["name"] for p in pod_watch.objects() if p["spec"].get("nodeName")})
+            == n
+            and len({c["metadata"]["name"] for c in claim_watch.objects() if devices_of(c)}) >= n
+        ),
+    )
+    first_binding = min(rv(p) for p in pod_watch.objects() if p["spec"].get("nodeName"))
+    ready: Objects = {}
+    for c in claim_watch.objects():
+        if devices_of(c) and (c.get("status") or {}).get("reservedFor"):
+            ready.setdefault(c["metadata"]["name"], c)
+    assert len(ready) == n, list(ready)
+    assert max(rv(c) for c in ready.values()) < first_binding
+    at_binding: Objects = {}
+    for p in pod_watch.objects():
+        if p["spec"].get("nodeName"):
+            at_binding.setdefault(p["metadata"]["name"], p)
+    assert len(at_binding) == n
+    return ready, at_binding
+
+
 # ---- the tests -------------------------------------------------------------------------------
 def test_a_job_gang_of_8_binds_whole_with_every_claim_written_before_the_first_binding(
     claims_controller: ControlPlane,
@@ -344,34 +400,10 @@ def test_a_job_gang_of_8_binds_whole_with_every_claim_written_before_the_first_b
     create(cp, podgroup("train", ns, 8))
     create(cp, job("train", ns, 8, sel, "one-gpu"))
     wait_for("the gang of 8 bound", lambda: len(bound(cp, ns)) == 8, timeout=STEP)
-
-    wait_for(
-        "the watches to show the 8 bindings and claims",
-        lambda: (
-            len({p["metadata"]["name"] for p in pod_watch.objects() if p["spec"].get("nodeName")})
-            == 8
-            and len({c["metadata"]["name"] for c in claim_watch.objects() if devices_of(c)}) >= 8
-        ),
-    )
     # every claim was allocated and reserved for its pod before the first member bound
-    first_binding = min(rv(p) for p in pod_watch.objects() if p["spec"].get("nodeName"))
-    ready: dict[str, dict[str, Any]] = {}  # claim -> the first version allocated and reserved
-    for c in claim_watch.objects():
-        reserved = (c.get("status") or {}).get("reservedFor")
-        if devices_of(c) and reserved and c["metadata"]["name"] not in ready:
-            ready[c["metadata"]["name"]] = c
-    assert len(ready) == 8, list(ready)
-    assert max(rv(c) for c in ready.values()) < first_binding
-
+    ready, at_binding = written_before_binding(pod_watch, claim_watch, 8)
     # each pod runs where its claim was allocated, the claim reserved for it alone, on
     # devices no other claim holds
-    # (read at binding, from the watch: once the pods finish, the resourceclaim controller
-    # deletes their claims, and may name a new one in a finished pod's status)
-    at_binding = {}
-    for p in pod_watch.objects():
-        if p["spec"].get("nodeName") and p["metadata"]["name"] not in at_binding:
-            at_binding[p["metadata"]["name"]] = p
-    assert len(at_binding) == 8
     placed = {n: p["spec"]["nodeName"] for n, p in at_binding.items()}
     for p in at_binding.values():
         [status] = p["status"]["resourceClaimStatuses"]
@@ -396,18 +428,8 @@ def test_a_gang_that_does_not_fit_leaves_every_claim_unallocated(
 ) -> None:
     cp = claims_controller
     sel = dra_nodes(3, 2)  # 6 devices for a gang of 8
-    for i in range(8):
-        driver.claim(f"c{i}")
-    create(cp, podgroup("big", ns, 8))
-    for i in range(8):
-        create(cp, claim_pod(f"big-{i}", ns, f"c{i}", sel, group="big"))
-    wait_for(
-        "the gang to say why it waits",
-        lambda: all("Unschedulable" in unbound_reason(p) for p in pods(cp, ns).values()),
-        timeout=STEP,
-    )
-    time.sleep(3)  # a few more attempts
-    assert bound(cp, ns) == {}
+    claim_gang(cp, driver, ns, "big", 8, sel)
+    waits_unbound(cp, ns)
     for c in claims(cp, ns).values():
         assert not (c.get("status") or {}).get("allocation"), c
         assert not (c.get("status") or {}).get("reservedFor"), c
@@ -544,21 +566,7 @@ def test_the_integration_example_places_the_gang_in_one_clique(
                 }
                 for d in range(8)
             ]
-            create(
-                cp,
-                {
-                    "apiVersion": RESOURCE,
-                    "kind": "ResourceSlice",
-                    "metadata": {"name": f"{name}-{nv}"},
-                    "spec": {
-                        "driver": nv,
-                        "nodeName": name,
-                        "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
-                        "devices": devices,
-                    },
-                },
-            )
-            made.append(("resourceslice", f"{name}-{nv}"))
+            made.append(("resourceslice", node_slice(cp, nv, name, devices)))
         fabric = "nvlink-domain.example.com"
         for clique in ("a", "b"):
             slice_name = f"{ns}-clique-{clique}-{fabric}"
@@ -753,25 +761,7 @@ def test_pods_asking_an_extended_resource_get_claims_made_before_they_bind(
     for i in range(4):
         create(cp, extended_pod(f"ext-{i}", ns, resource, 1, sel, group="ext"))
     wait_for("the gang of 4 bound", lambda: len(bound(cp, ns)) == 4, timeout=STEP)
-
-    wait_for(
-        "the watches to show the 4 bindings and claims",
-        lambda: (
-            len({p["metadata"]["name"] for p in pod_watch.objects() if p["spec"].get("nodeName")})
-            == 4
-            and len({c["metadata"]["name"] for c in claim_watch.objects() if devices_of(c)}) >= 4
-        ),
-    )
-    first_binding = min(rv(p) for p in pod_watch.objects() if p["spec"].get("nodeName"))
-    ready: dict[str, dict[str, Any]] = {}
-    for c in claim_watch.objects():
-        if devices_of(c) and (c.get("status") or {}).get("reservedFor"):
-            ready.setdefault(c["metadata"]["name"], c)
-    assert len(ready) == 4 and max(rv(c) for c in ready.values()) < first_binding
-    at_binding: dict[str, dict[str, Any]] = {}
-    for p in pod_watch.objects():
-        if p["spec"].get("nodeName"):
-            at_binding.setdefault(p["metadata"]["name"], p)
+    ready, at_binding = written_before_binding(pod_watch, claim_watch, 4)
     for name, p in at_binding.items():
         status = p["status"].get("extendedResourceClaimStatus")
         assert status, f"pod {name} bound before its status named its claim"
@@ -958,16 +948,7 @@ def test_consumable_capacity_is_allocated_as_kube_scheduler_allocates_it(
     capacity: dict[tuple[str, str], int] = {}
     for who, (_, node) in copies.items():
         driver = f"{ns}-{who}.cc.example.com"
-        create(
-            cp,
-            {
-                "apiVersion": RESOURCE,
-                "kind": "DeviceClass",
-                "metadata": {"name": driver},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-            },
-        )
-        made.append(("deviceclass", driver))
+        made.append(("deviceclass", driver_class(cp, driver, driver)))
         devices = []
         for k, (devs, _) in enumerate(CAPACITY_CASES):
             for j, (multi, memory, policy, numa) in enumerate(devs):
@@ -983,21 +964,7 @@ def test_consumable_capacity_is_allocated_as_kube_scheduler_allocates_it(
                     device["allowMultipleAllocations"] = True
                 devices.append(device)
                 capacity[(driver, f"k{k}-d{j}")] = memory * GIB
-        create(
-            cp,
-            {
-                "apiVersion": RESOURCE,
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-{driver}"},
-                "spec": {
-                    "driver": driver,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices,
-                },
-            },
-        )
-        made.append(("resourceslice", f"{node}-{driver}"))
+        made.append(("resourceslice", node_slice(cp, driver, node, devices)))
     ks = KubeScheduler(cp, tmp_path / "kube-scheduler.log").start()
     try:
         for k, (_, pods_) in enumerate(CAPACITY_CASES):
@@ -1123,18 +1090,8 @@ def test_a_device_taint_rule_keeps_its_devices_from_claims_until_it_goes(
         },
     )
     try:
-        for i in range(4):
-            driver.claim(f"c{i}")
-        create(cp, podgroup("g", ns, 4))
-        for i in range(4):
-            create(cp, claim_pod(f"g-{i}", ns, f"c{i}", sel, group="g"))
-        wait_for(
-            "the gang to say why it waits",
-            lambda: all("Unschedulable" in unbound_reason(p) for p in pods(cp, ns).values()),
-            timeout=STEP,
-        )
-        time.sleep(3)  # a few more attempts
-        assert bound(cp, ns) == {}
+        claim_gang(cp, driver, ns, "g", 4, sel)
+        waits_unbound(cp, ns)
         assert not any(devices_of(c) for c in claims(cp, ns).values())
     finally:
         cp.kubectl("delete", "devicetaintrule", rule, "--wait=false", check=False)
