@@ -51,15 +51,29 @@ class NodeInfo:
     ``gpus`` is what each of its GPU devices has counted on it; None for a node without a
     device model (no GPUs, or counted by its ``nvidia.com/gpu`` total alone)."""
 
-    __slots__ = ("gpus", "name", "node", "pods", "ports", "requested")
+    __slots__ = ("gpus", "left", "name", "node", "pods", "ports", "requested")
 
     def __init__(self, name: str, node: Node | None) -> None:
         self.name = name
         self.node = node
         self.gpus: NodeGpus | None = NodeGpus(node.gpus) if node is not None and node.gpus else None
         self.requested: ResourceList = {}
+        # allocatable minus requested, per resource (negative where more is counted than the
+        # node has; absent: 0), kept as both change: what NodeResourcesFit reads
+        self.left: ResourceList = dict(node.allocatable) if node is not None else {}
         self.pods: set[str] = set()
         self.ports: dict[HostPort, int] = {}  # host ports of the pods counted here
+
+    def relist(self) -> None:
+        """``left`` again, after the node (its allocatable) changed."""
+        left = dict(self.node.allocatable) if self.node is not None else {}
+        for k, v in self.requested.items():
+            rest = left.get(k, 0) - v
+            if rest:
+                left[k] = rest
+            else:
+                left.pop(k, None)
+        self.left = left
 
     def allocatable(self, resource: str) -> int:
         return self.node.allocatable.get(resource, 0) if self.node is not None else 0
@@ -138,6 +152,7 @@ class ClusterCache:
         if old is None or old.static_signature() != node.static_signature():
             self.static_generation += 1
         info.node = node
+        info.relist()
         if old is None or old.labels != node.labels:
             self.resource_claims.node_changed(node.name)  # which shared devices reach it
         devices = node.gpus or ()
@@ -155,6 +170,7 @@ class ClusterCache:
             return []
         self._untotal(info)
         info.node = None
+        info.relist()
         self.static_generation += 1
         self.generation += 1
         self._reindex(info)
@@ -377,7 +393,9 @@ class ClusterCache:
         if current:
             info = self.nodes[current]
             self._untotal(info)
-            sub_into(info.requested, self._counted_req.pop(uid))
+            given = self._counted_req.pop(uid)
+            sub_into(info.requested, given)
+            add_into(info.left, given)
             counted = self._devices.pop(uid, None)
             if counted is not None and info.gpus is not None:
                 info.gpus.give(counted[0], counted[1])
@@ -413,6 +431,7 @@ class ClusterCache:
             self._untotal(info)
             req = dict(requests)
             add_into(info.requested, req)
+            sub_into(info.left, req)
             info.pods.add(uid)
             self._counted_on[uid] = target
             self._counted_req[uid] = req

@@ -131,6 +131,7 @@ class NodeBuilder:
         info = NodeInfo(self._name, self.node())
         if requested:
             info.requested.update(requested)
+            info.relist()
             whole = requested.get(GPU, 0)
             if info.gpus is not None and whole > 0:  # the GPUs counted take the first devices
                 info.gpus.take(tuple(range(min(whole, len(info.gpus.used)))), 1000)

@@ -700,7 +700,14 @@ def instrumented_simulation(
             for p in sim.pods.values():
                 if p.node_name == name and not p.terminal and p.uid in awaited:
                     add_into(total, p.requests)
-            assert _nonzero(cache.nodes[name].requested) == _nonzero(total)
+            info = cache.nodes[name]
+            assert _nonzero(info.requested) == _nonzero(total)
+            # what NodeResourcesFit reads: allocatable minus requested, kept as both change
+            alloc = info.node.allocatable if info.node is not None else {}
+            expect = {
+                k: alloc.get(k, 0) - info.requested.get(k, 0) for k in {*alloc, *info.requested}
+            }
+            assert _nonzero(info.left) == _nonzero(expect), (name, info.left, expect)
         for job in strict:
             held = sum(
                 1

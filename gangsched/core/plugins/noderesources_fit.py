@@ -35,11 +35,10 @@ class NodeResourcesFit:
         if requests is not self._requests:
             self._requests = requests
             self._asked = tuple((k, v) for k, v in requests.items() if v)
-        allocatable = n.allocatable
-        used = node.requested
+        left = node.left
         short = None
         for k, v in self._asked:
-            if v > allocatable.get(k, 0) - used.get(k, 0):
+            if v > left.get(k, 0):
                 short = k
                 break
         if short is None:
