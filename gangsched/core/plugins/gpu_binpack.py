@@ -35,11 +35,24 @@ class GPUBinPack:
 
     def __init__(self, resource: str = GPU, devices: ClaimCatalog | None = None) -> None:
         self.resource = resource
+        self._gpu = resource == GPU
         # DRA devices (the cache's claim catalog): a pod whose GPUs come through resource
         # claims is packed by the devices its claims take
         self._devices = devices
 
     def score(self, pod: Pod, node: NodeInfo) -> float:
+        demand = pod.gpu
+        gpus = node.gpus
+        if demand is not None and gpus is not None and demand.milli >= MILLI and self._gpu:
+            # whole GPUs on a node with devices (the common case first: it runs on every
+            # candidate): the fuller the node once the pod is on it, the better
+            if node.node is None:
+                return 0.0
+            used = gpus.used
+            left = used.count(0) - demand.count
+            if left <= 0:
+                return 100.0
+            return 100.0 * (len(used) - left) / len(used)
         if node.node is None:
             return 0.0
         if pod.resource_claims and pod.gpu is None and self._devices is not None:
