@@ -79,7 +79,7 @@ class NodeInfo:
         return self.node.allocatable.get(resource, 0) if self.node is not None else 0
 
     def free(self, resource: str) -> int:
-        return self.allocatable(resource) - self.requested.get(resource, 0)
+        return self.left.get(resource, 0)
 
     @property
     def usable(self) -> bool:
@@ -687,12 +687,7 @@ def _least_used(gpus: NodeGpus, count: int) -> tuple[int, ...]:
 def _free_of(info: NodeInfo) -> ResourceList:
     """What a node has left per resource, never negative; GPUs bounded by its devices."""
     assert info.node is not None
-    requested = info.requested
-    out: ResourceList = {}
-    for k, v in info.node.allocatable.items():
-        left = v - requested.get(k, 0)
-        if left > 0:
-            out[k] = left
+    out: ResourceList = {k: v for k, v in info.left.items() if v > 0}
     gpus = info.gpus
     if gpus is not None:
         whole = gpus.used.count(0)

@@ -54,6 +54,7 @@ from gangsched.core.resourceclaims import (
     MatchAttribute,
     consumed_capacity,
 )
+from gangsched.core.resources import add_into
 
 __all__ = [
     "SEARCH_BOUND",
@@ -312,9 +313,7 @@ def allocate_one_by_one(
         taken.update(alloc.exclusive)
         first = {d for d in alloc.consumption() if d not in shares}
         for d, c in alloc.consumption().items():
-            entry = shares.setdefault(d, {})
-            for name, amount in c.items():
-                entry[name] = entry.get(name, 0) + amount
+            add_into(shares.setdefault(d, {}), c)
         if left is not None:
             for _, d in alloc.results:
                 if by_id[d].multi and d not in first:
@@ -458,9 +457,7 @@ def _take(
         if d.multi:
             consumed = s.consume_of(d, exact) or {}
             first = d.id not in s.capacity
-            entry = s.capacity.setdefault(d.id, {})
-            for name, amount in consumed.items():
-                entry[name] = entry.get(name, 0) + amount
+            add_into(s.capacity.setdefault(d.id, {}), consumed)
             s.log.append((d.id, consumed, first))
             if first:
                 s.consume((d,), 1)

@@ -36,6 +36,7 @@ from gangsched.core.resourceclaims import (
     DeviceId,
     DeviceRequest,
 )
+from gangsched.core.resources import add_into, sub_into
 
 __all__ = ["MAX_RESERVED", "ClaimCatalog"]
 
@@ -375,12 +376,10 @@ class ClaimCatalog:
                 self._held_total -= 1
         for d, consumed in allocation.consumption().items():
             entry = self._consumed.get(d)
-            if entry is None:
-                continue
-            for name, amount in consumed.items():
-                entry[name] = entry.get(name, 0) - amount
-            if not any(entry.values()):
-                del self._consumed[d]
+            if entry is not None:
+                sub_into(entry, consumed)
+                if not entry:
+                    del self._consumed[d]
         self._touch(allocation, held=True)
 
     def _touch(self, allocation: ClaimAllocation, held: bool = False) -> None:
@@ -577,12 +576,6 @@ class ClaimCatalog:
         lead = next(iter(want.items()), ("", 0))
         return want, first, sure, lead
 
-    def _free_here(self, node: str, cls: str) -> tuple[int, int]:
-        """Devices of the class on the node that no written allocation holds, and of those
-        the ones no tentative allocation holds either; remembered until the node changes."""
-        _, unwritten, untouched, _ = self._counted(node, cls)
-        return unwritten, untouched
-
     def _counted(self, node: str, cls: str) -> tuple[int, int, int, int]:
         gen = self._node_gen.get(node, 0)
         known = self._free_cache.get((node, cls))
@@ -620,13 +613,10 @@ class ClaimCatalog:
         fit = self._fit_last  # (what fits counted on this node, when it was the last one)
         if fit is not None and fit[1] == node and fit[0] == pod.uid and fit[2] == self.generation:
             counted = fit[3]
+        elif cls not in self.classes:
+            return 0.0
         else:
-            known = self._free_cache.get((node, cls))
-            if known is None or known[0] != self._node_gen.get(node, 0):
-                if cls not in self.classes:
-                    return 0.0
-                known = self._counted(node, cls)
-            counted = known
+            counted = self._counted(node, cls)
         _, _, untouched, total = counted
         if total <= 0:
             return 0.0
@@ -645,12 +635,10 @@ class ClaimCatalog:
     def device_usage(self, node: str, cls: str) -> tuple[int, int]:
         """The node's devices of the class: how many no allocation (written or tentative)
         holds, and how many there are."""
-        counted = self._free_cache.get((node, cls))
-        if counted is None or counted[0] != self._node_gen.get(node, 0):
-            if cls not in self.classes:
-                return 0, 0
-            counted = self._counted(node, cls)
-        return counted[2], counted[3]
+        if cls not in self.classes:
+            return 0, 0
+        _, _, free, total = self._counted(node, cls)
+        return free, total
 
     def _shape_key(self, pod: Pod, node: str) -> tuple[object, ...] | None:
         """What a fit of ``pod`` on ``node`` depends on, or None when it depends on claims
@@ -714,9 +702,7 @@ class ClaimCatalog:
             for k, a in self._tentative.items():
                 if k not in keys and a.shares:
                     for d, c in a.consumption().items():
-                        entry = consumed.setdefault(d, {})
-                        for name, amount in c.items():
-                            entry[name] = entry.get(name, 0) + amount
+                        add_into(consumed.setdefault(d, {}), c)
         result = allocate(
             joint, devices, self.classes, used, node, counters=counters, consumed=consumed
         )
@@ -1000,9 +986,7 @@ class ClaimCatalog:
                 self._held_total += 1
             self._held_by[d] = claim.key
         for d, consumed in claim.allocation.consumption().items():
-            entry = self._consumed.setdefault(d, {})
-            for name, amount in consumed.items():
-                entry[name] = entry.get(name, 0) + amount
+            add_into(self._consumed.setdefault(d, {}), consumed)
         self._touch(claim.allocation, held=True)
 
     def holder(self, node: str, device: DeviceId) -> str:

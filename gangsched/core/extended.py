@@ -93,8 +93,7 @@ class ExtendedResources:
         }
         catalog = self._catalog
         if not served:
-            catalog.retire(pod.uid)
-            catalog.map_requests(pod.uid, ())
+            self._release(pod.uid)
             if pod.requests_asked is None:
                 return pod
             return replace(
@@ -141,5 +140,10 @@ class ExtendedResources:
 
     def gone(self, uid: str) -> None:
         self._ask(uid, ())
+        self._release(uid)
+
+    def _release(self, uid: str) -> None:
+        """The pod asks nothing through a claim any more: the claim the core made for it, and
+        its request mappings, go."""
         self._catalog.retire(uid)
         self._catalog.map_requests(uid, ())

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from gangsched.core.model import AffinityTerm
+from gangsched.core.resources import add_into
 
 __all__ = [
     "CLASS_PREFIX",
@@ -344,9 +345,7 @@ class ClaimAllocation:
         """What the shared results consume, by device."""
         out: dict[DeviceId, dict[str, int]] = {}
         for i, consumed in self.shares:
-            used = out.setdefault(self.results[i][1], {})
-            for name, amount in consumed:
-                used[name] = used.get(name, 0) + amount
+            add_into(out.setdefault(self.results[i][1], {}), dict(consumed))
         return out
 
     @property

@@ -22,7 +22,6 @@ __all__ = [
     "ResourceList",
     "add_into",
     "format_amount",
-    "insufficient",
     "parse_resource_list",
     "pod_requests",
     "sub_into",
@@ -109,16 +108,6 @@ def _max_into(target: ResourceList, other: Mapping[str, int]) -> None:
     for k, v in other.items():
         if v > target.get(k, 0):
             target[k] = v
-
-
-def insufficient(
-    request: Mapping[str, int], allocatable: Mapping[str, int], used: Mapping[str, int]
-) -> str | None:
-    """The first resource (in request order) that does not fit, or None when all fit."""
-    for k, v in request.items():
-        if v and v > allocatable.get(k, 0) - used.get(k, 0):
-            return k
-    return None
 
 
 @dataclass(frozen=True, slots=True)

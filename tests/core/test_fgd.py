@@ -278,6 +278,7 @@ def test_score_is_the_least_increase_of_expected_fragmentation(seed: int) -> Non
         assert info.gpus is not None
         info.gpus.used[:] = [rng.choice(levels) for _ in range(devices)]
         info.requested[CPU] = rng.choice([0, 8_000, 12_000])
+        info.relist()  # (written here directly, not counted through the cache)
         cpu_free = info.node.allocatable[CPU] - info.requested[CPU]  # type: ignore[union-attr]
         mem_free = 256 * GI
         demand_pod = rng.choice(
@@ -378,6 +379,7 @@ def test_cpu_only_pods_avoid_nodes_with_free_gpus() -> None:
     # A node without a device model: by its free nvidia.com/gpu.
     counted = NodeInfo("counted", Node("counted", {CPU: 8000, GPU: 4}, gpus=()))
     counted.requested[GPU] = 3
+    counted.relist()
     assert plugin.score(pod, counted) == 75.0
 
 

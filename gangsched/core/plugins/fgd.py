@@ -155,17 +155,7 @@ class FragmentationGradient:
         n = node.node
         if gpus is None or n is None or not gpus.used:
             return 0.0
-        alloc = n.allocatable
-        requested = node.requested
-        key = (
-            gpus.devices[0].model,
-            tuple(sorted(gpus.used)),
-            alloc.get(CPU, 0) - requested.get(CPU, 0),
-            alloc.get(MEMORY, 0) - requested.get(MEMORY, 0),
-        )
-        result = self._memo.get(key)
-        if result is None:
-            result = self._memo[key] = self._evaluate(self._pod, *key)
+        result = self._rated(node, gpus.devices[0].model, tuple(sorted(gpus.used)))
         levels = result[1]
         self._choice[id(gpus)] = levels
         if levels is None and self._pod[0]:
@@ -181,18 +171,19 @@ class FragmentationGradient:
         free, total = self._cache.resource_claims.device_usage(node.name, self._dra_class)
         if total <= 0:
             return _UNFIT
-        alloc = n.allocatable
-        requested = node.requested
-        key = (
-            n.labels.get(self._label, ""),
-            (0,) * free + (MILLI,) * (total - free),
-            alloc.get(CPU, 0) - requested.get(CPU, 0),
-            alloc.get(MEMORY, 0) - requested.get(MEMORY, 0),
-        )
+        usage = (0,) * free + (MILLI,) * (total - free)
+        result = self._rated(node, n.labels.get(self._label, ""), usage)
+        return _UNFIT if result[1] is None else -result[0]
+
+    def _rated(self, node: NodeInfo, model: str, usage: tuple[int, ...]) -> _Result:
+        """The pod being scored on a node of this GPU model and device usage (sorted), with
+        the CPU and memory the node has left; remembered by that state."""
+        left = node.left
+        key = (model, usage, left.get(CPU, 0), left.get(MEMORY, 0))
         result = self._memo.get(key)
         if result is None:
             result = self._memo[key] = self._evaluate(self._pod, *key)
-        return _UNFIT if result[1] is None else -result[0]
+        return result
 
     def normalize(self, scores: list[float], state: CycleState) -> None:
         fit = [s for s in scores if s > _UNFIT]

@@ -94,6 +94,11 @@ class Written:
     created: bool = False
 
 
+def _consumers(uids: Sequence[str], names: Mapping[str, str]) -> list[JSON]:
+    """``status.reservedFor`` entries for these pods."""
+    return [{"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in uids]
+
+
 def _path(key: str) -> str:
     ns, _, name = key.partition("/")
     return f"{API}/namespaces/{ns}/resourceclaims/{name}"
@@ -486,19 +491,9 @@ class ClaimWriter:
         reserved = list(status.get("reservedFor") or [])
         have = {r.get("uid") for r in reserved if isinstance(r, Mapping)}
         added = tuple(uid for uid in w.pods if uid not in have)
-        reserved += [{"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in added]
+        reserved += _consumers(added, names)
         if allocate:
-            status["allocation"] = {
-                **allocation_json(
-                    w.allocation,
-                    {r.name for r in read.requests if r.exactly and r.exactly.admin_access},
-                    _tolerations(obj),
-                    allocation_config(read, w.allocation, self._class_of),
-                ),
-                # as kube-scheduler v1.36 writes it (DRADeviceBindingConditions, on by
-                # default): without it, kube-scheduler cannot add a consumer to this claim
-                "allocationTimestamp": rfc3339(time.time()),
-            }
+            status["allocation"] = self._allocation(w, read, obj)
         status["reservedFor"] = reserved
         obj["status"] = status
         if allocate or added:
@@ -521,6 +516,21 @@ class ClaimWriter:
             await self._name_in_pod(w, w.claim, names, done)
         return done
 
+    def _allocation(self, w: ClaimWrite, claim: Claim, obj: Mapping[str, Any]) -> JSON:
+        """``status.allocation`` for the write: the requests' admin access and tolerations
+        (from the claim as written), the classes' and the claim's configuration."""
+        return {
+            **allocation_json(
+                w.allocation,
+                {r.name for r in claim.requests if r.exactly and r.exactly.admin_access},
+                _tolerations(obj),
+                allocation_config(claim, w.allocation, self._class_of),
+            ),
+            # as kube-scheduler v1.36 writes it (DRADeviceBindingConditions, on by default):
+            # without it, kube-scheduler cannot add a consumer to this claim
+            "allocationTimestamp": rfc3339(time.time()),
+        }
+
     async def _create(self, w: ClaimWrite, names: Mapping[str, str]) -> Written:
         """A claim the core made for a pod's extended resources: created (with the
         finalizer), then allocated and reserved for the pod in one status write; then the
@@ -541,18 +551,8 @@ class ClaimWriter:
         try:
             obj = copy.deepcopy(created)
             obj["status"] = {
-                "allocation": {
-                    **allocation_json(
-                        w.allocation,
-                        set(),
-                        {},
-                        allocation_config(claim, w.allocation, self._class_of),
-                    ),
-                    "allocationTimestamp": rfc3339(time.time()),
-                },
-                "reservedFor": [
-                    {"resource": "pods", "name": names.get(uid, ""), "uid": uid} for uid in w.pods
-                ],
+                "allocation": self._allocation(w, claim, obj),
+                "reservedFor": _consumers(w.pods, names),
             }
             await self._put(f"{_path(key)}/status", obj)
             failpoints.reached("claims.written")
