@@ -206,7 +206,7 @@ class Settings(BaseModel):
     nodes_to_score: int = Field(_core_default("nodesToScore"), ge=1, le=100_000)
     filters: list[str] = Field(default_factory=lambda: list(_core_default("filters")), min_length=1)
     # binpack | fgd | spread: the scorers and weights used unless scoreWeights is given.
-    placement_profile: Literal["binpack", "fgd", "spread"] = "binpack"
+    placement_profile: Literal["binpack", "fgd", "spread"] = "fgd"
     score_weights: dict[str, int] | None = None  # None: the placement profile's
     # FragmentationGradient: how many recent GPU pods the mix of request classes holds.
     gpu_request_window: int = Field(_core_default("gpuRequestWindow"), ge=1, le=1_000_000)

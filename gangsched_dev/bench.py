@@ -150,7 +150,7 @@ def bench(
     gang_size: int,
     gpus_per_pod: int,
     constraint: str = "none",
-    profile: str = "binpack",
+    profile: str = "fgd",
     levels: tuple[str, ...] = (),
     gang_topology: str = "none",
     dra: bool = False,
@@ -298,7 +298,7 @@ def run_bench(args: argparse.Namespace) -> str:
         )
     if args.constraint != "none":
         cmd += f" --constraint {args.constraint}"
-    if args.profile != "binpack":
+    if args.profile != "fgd":
         cmd += f" --profile {args.profile}"
     if args.topology:
         cmd += f" --topology {args.topology}"

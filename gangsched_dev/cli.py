@@ -39,7 +39,7 @@ def add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     b.add_argument(
         "--profile",
         choices=("binpack", "fgd", "spread"),
-        default="binpack",
+        default="fgd",
         help="placement profile (settings placementProfile; see docs/placement.md)",
     )
     b.add_argument(

@@ -181,9 +181,9 @@ def test_every_core_field_is_a_setting_or_listed_as_none() -> None:
 def test_the_settings_defaults_are_the_cores() -> None:
     assert Settings().core() == CoreConfig()
     assert Settings().core().plugin_settings == PluginSettings()
-    assert Settings().placement_profile == "binpack"
-    assert PLACEMENT_PROFILES["binpack"].score_weights == CoreConfig().score_weights
-    assert PLACEMENT_PROFILES["binpack"].gpu_candidate_order == CoreConfig().gpu_candidate_order
+    assert Settings().placement_profile == "fgd"
+    assert PLACEMENT_PROFILES["fgd"].score_weights == CoreConfig().score_weights
+    assert PLACEMENT_PROFILES["fgd"].gpu_candidate_order == CoreConfig().gpu_candidate_order
 
 
 def test_core_copies_every_core_setting() -> None:

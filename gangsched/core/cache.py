@@ -51,7 +51,7 @@ class NodeInfo:
     ``gpus`` is what each of its GPU devices has counted on it; None for a node without a
     device model (no GPUs, or counted by its ``nvidia.com/gpu`` total alone)."""
 
-    __slots__ = ("gpus", "left", "name", "node", "pods", "ports", "requested")
+    __slots__ = ("gpus", "left", "name", "node", "pods", "ports", "requested", "version")
 
     def __init__(self, name: str, node: Node | None) -> None:
         self.name = name
@@ -63,6 +63,9 @@ class NodeInfo:
         self.left: ResourceList = dict(node.allocatable) if node is not None else {}
         self.pods: set[str] = set()
         self.ports: dict[HostPort, int] = {}  # host ports of the pods counted here
+        # bumped whenever what is counted here, the node or its devices change: a scorer may
+        # keep what it derived from the node's state until it moves
+        self.version = 0
 
     def relist(self) -> None:
         """``left`` again, after the node (its allocatable) changed."""
@@ -74,6 +77,7 @@ class NodeInfo:
             else:
                 left.pop(k, None)
         self.left = left
+        self.version += 1
 
     def allocatable(self, resource: str) -> int:
         return self.node.allocatable.get(resource, 0) if self.node is not None else 0
@@ -98,6 +102,9 @@ class ClusterCache:
         # How many counted pods have each priority: preemption looks for lower ones first.
         self.counted_priorities: Counter[int] = Counter()
         self._counted_prio: dict[str, int] = {}
+        # Nodes holding counted members of each gang (gang key -> node -> members there).
+        self.gang_nodes: dict[str, Counter[str]] = {}
+        self._counted_gang: dict[str, str] = {}
         self.assumed: dict[str, str] = {}  # pod uid -> node, reserved and not yet confirmed
         # Whole free devices (free GPUs without a device model) -> ordered node set.
         self._gpu_buckets: dict[int, dict[str, None]] = {}
@@ -194,13 +201,15 @@ class ClusterCache:
         self.pods[uid] = pod
         if pod.node_name:
             self.assumed.pop(uid, None)
-        if (
-            old is not None
-            and old.gpu_devices != pod.gpu_devices
-            and uid in self._devices
-            and self._devices[uid][0] != pod.gpu_devices
+        if old is not None and (
+            (
+                old.gpu_devices != pod.gpu_devices
+                and uid in self._devices
+                and self._devices[uid][0] != pod.gpu_devices
+            )
+            or (old.group != pod.group and uid in self._counted_on)
         ):
-            self._count(uid, "", {})  # count it again on the devices now recorded
+            self._count(uid, "", {})  # count it again: on the devices now recorded, its gang
         self._count(uid, self._target(pod), pod.requests)
         if (
             old is not None
@@ -401,6 +410,14 @@ class ClusterCache:
                 info.gpus.give(counted[0], counted[1])
             info.pods.discard(uid)
             del self._counted_on[uid]
+            group = self._counted_gang.pop(uid, "")
+            if group:
+                where = self.gang_nodes[group]
+                where[current] -= 1
+                if where[current] <= 0:
+                    del where[current]
+                    if not where:
+                        del self.gang_nodes[group]
             prio = self._counted_prio.pop(uid, None)
             if prio is not None:
                 left = self.counted_priorities[prio] - 1
@@ -443,6 +460,9 @@ class ClusterCache:
                         self._take_devices(uid, pod, info, info.gpus, demand)
                 self._counted_prio[uid] = pod.priority
                 self.counted_priorities[pod.priority] += 1
+                if pod.group:
+                    self._counted_gang[uid] = pod.group
+                    self.gang_nodes.setdefault(pod.group, Counter())[target] += 1
                 self.pod_index.add(pod)
                 self.term_index.add(pod)
                 if pod.volumes.claims:
@@ -607,6 +627,7 @@ class ClusterCache:
                 self.domains.add(info.node.labels, free)
 
     def _reindex(self, info: NodeInfo) -> None:
+        info.version += 1
         name = info.name
         old = self._bucket_of.pop(name, None)
         if old is not None:

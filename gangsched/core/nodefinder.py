@@ -17,7 +17,7 @@ filters. Normalizing scorers collect a raw score for every feasible node found a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.framework import (
@@ -65,11 +65,15 @@ class NodeFinder:
         self._normalizing: list[tuple[NormalizingScorePlugin, int]] = []
         # the scorers that may score every node alike for a pod (``constant``)
         self._constant: list[tuple[ScorePlugin, int, Callable[[Pod], bool]]] = []
+        # the scorers that name the few nodes scoring above 0 for a pod (``sparse``)
+        self._sparse: list[tuple[Callable[[Pod], Mapping[str, float] | None], int]] = []
         for sc, w in scorers:
             if w <= 0:
                 continue
             if isinstance(sc, NormalizingScorePlugin):
                 self._normalizing.append((sc, w))
+            elif (sparse := getattr(sc, "sparse", None)) is not None:
+                self._sparse.append((sparse, w))
             else:
                 self._scorers.append((sc, w))
                 constant = getattr(sc, "constant", None)
@@ -195,10 +199,6 @@ class NodeFinder:
         normalizing = [
             (p, w) for p, w in self._normalizing if p.pre_score(pod, state).code is not Code.SKIP
         ]
-        best: NodeInfo | None = None
-        best_score = -1.0
-        found = 0
-        feasible: list[tuple[NodeInfo, float]] = []
         dynamic = (
             self._indexed
             if pod.gpu is None  # (GPUDevices passes a pod without GPU demand)
@@ -210,7 +210,62 @@ class NodeFinder:
             alike = {id(sc) for sc, _, constant in self._constant if constant(pod)}
             if alike:
                 scorers = [(sc, w) for sc, w in scorers if id(sc) not in alike]
-        for info in self._candidates(pod) if within is None else self._within(pod, within):
+        bonus: dict[str, float] = {}
+        for sparse, weight in self._sparse:
+            table = sparse(pod)
+            if table:
+                for name, value in table.items():
+                    bonus[name] = bonus.get(name, 0.0) + weight * value
+        if bonus and within is None and not pod.placement.node_name:
+            # Where every node a sparse scorer names outscores every node it does not (its
+            # least exceeds what all the other scorers together can give), the best feasible
+            # node among those is the best of all: search them first, the rest only when none
+            # is feasible (a gang's members join the nodes its members hold, while they fit).
+            ceiling = 100.0 * (sum(w for _, w in scorers) + sum(w for _, w in normalizing))
+            if min(bonus.values()) > ceiling:
+                best = self._search(
+                    pod,
+                    self._within(pod, list(bonus)),
+                    self._dynamic,
+                    stateful,
+                    scorers,
+                    normalizing,
+                    bonus,
+                    verdicts,
+                    state,
+                )
+                if best is not None:
+                    return best
+        return self._search(
+            pod,
+            self._candidates(pod) if within is None else self._within(pod, within),
+            dynamic,
+            stateful,
+            scorers,
+            normalizing,
+            bonus,
+            verdicts,
+            state,
+        )
+
+    def _search(
+        self,
+        pod: Pod,
+        candidates: Iterable[NodeInfo],
+        dynamic: Sequence[FilterPlugin],
+        stateful: Sequence[PreFilterPlugin],
+        scorers: Sequence[tuple[ScorePlugin, int]],
+        normalizing: Sequence[tuple[NormalizingScorePlugin, int]],
+        bonus: Mapping[str, float],
+        verdicts: dict[str, Status],
+        state: CycleState,
+    ) -> NodeInfo | None:
+        """The best of the first ``nodes_to_score`` feasible ``candidates``, or None."""
+        best: NodeInfo | None = None
+        best_score = -1.0
+        found = 0
+        feasible: list[tuple[NodeInfo, float]] = []
+        for info in candidates:
             # (``_feasible``, inlined: this loop runs for every candidate of every pod)
             verdict = verdicts.get(info.name)
             if verdict is None:
@@ -231,7 +286,7 @@ class NodeFinder:
             if refused:
                 continue
             found += 1
-            score = 0.0
+            score = bonus.get(info.name, 0.0) if bonus else 0.0
             for plugin, weight in scorers:
                 score += weight * plugin.score(pod, info)
             if normalizing:
@@ -242,8 +297,13 @@ class NodeFinder:
                 break
         if normalizing and feasible:
             totals = [score for _, score in feasible]
+            infos = [info for info, _ in feasible]
             for norm, weight in normalizing:
-                raw = [norm.raw_score(pod, info, state) for info, _ in feasible]
+                batch = getattr(norm, "raw_scores", None)  # (one call for all, where offered)
+                if batch is not None:
+                    raw = batch(pod, infos, state)
+                else:
+                    raw = [norm.raw_score(pod, info, state) for info in infos]
                 norm.normalize(raw, state)
                 for i, value in enumerate(raw):
                     totals[i] += weight * value

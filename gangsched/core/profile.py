@@ -18,7 +18,13 @@ from gangsched.core.framework import (
     ScorePlugin,
 )
 from gangsched.core.nodefinder import NodeFinder
-from gangsched.core.plugins import DEFAULT_SCORE_WEIGHTS, FILTERS, SCORERS
+from gangsched.core.plugins import (
+    BINPACK_SCORE_WEIGHTS,
+    DEFAULT_SCORE_WEIGHTS,
+    FILTERS,
+    PREFERENCE_SCORE_WEIGHTS,
+    SCORERS,
+)
 
 __all__ = ["PLACEMENT_PROFILES", "PlacementProfile", "UnknownPluginError", "build_finder"]
 
@@ -33,27 +39,16 @@ class PlacementProfile:
     gpu_candidate_order: str = "tightest"
 
 
-# The scorers every profile keeps: the pod's own preferences and the gang's task topology.
-_PREFERENCES = {
-    "InterPodAffinity": 2,
-    "NodeAffinity": 2,
-    "PodTopologySpread": 2,
-    "TaintToleration": 1,
-    "TaskTopology": 20,
-}
-
 PLACEMENT_PROFILES: dict[str, PlacementProfile] = {
+    # Fragmentation gradient descent, the default: place each pod where it least raises the
+    # expected fragmentation of the recent mix of GPU requests; CPU-only pods avoid free GPUs.
+    "fgd": PlacementProfile("fgd", DEFAULT_SCORE_WEIGHTS),
     # Pack GPU pods onto the fullest nodes and devices (best fit).
-    "binpack": PlacementProfile("binpack", DEFAULT_SCORE_WEIGHTS),
-    # Fragmentation gradient descent: place each pod where it least raises the expected
-    # fragmentation of the recent mix of GPU requests; CPU-only pods avoid free GPUs.
-    "fgd": PlacementProfile(
-        "fgd", {"FragmentationGradient": 10, "AvoidFreeGPUs": 2, **_PREFERENCES}
-    ),
+    "binpack": PlacementProfile("binpack", BINPACK_SCORE_WEIGHTS),
     # Spread GPU pods: the emptiest nodes and devices first.
     "spread": PlacementProfile(
         "spread",
-        {"GPUSpread": 10, "AvoidFreeGPUs": 2, "LeastAllocated": 1, **_PREFERENCES},
+        {"GPUSpread": 10, "AvoidFreeGPUs": 2, "LeastAllocated": 1, **PREFERENCE_SCORE_WEIGHTS},
         gpu_candidate_order="emptiest",
     ),
 }

@@ -19,6 +19,7 @@ from gangsched.core.framework import (
 from gangsched.core.match import toleration_matches
 from gangsched.core.model import Pod, Taint, Toleration
 from gangsched.core.plugins import (
+    BINPACK_SCORE_WEIGHTS,
     DEFAULT_FILTERS,
     DEFAULT_SCORE_WEIGHTS,
     FILTERS,
@@ -774,7 +775,18 @@ def test_default_filters_order() -> None:
 
 
 def test_default_score_weights() -> None:
+    """The default is the fgd profile; binpack keeps best fit."""
     assert DEFAULT_SCORE_WEIGHTS == {
+        "AvoidFreeGPUs": 2,
+        "FragmentationGradient": 10,
+        "GangLocality": 15,
+        "InterPodAffinity": 2,
+        "NodeAffinity": 2,
+        "PodTopologySpread": 2,
+        "TaintToleration": 1,
+        "TaskTopology": 20,
+    }
+    assert BINPACK_SCORE_WEIGHTS == {
         "GPUBinPack": 10,
         "InterPodAffinity": 2,
         "LeastAllocated": 1,
@@ -783,7 +795,7 @@ def test_default_score_weights() -> None:
         "TaintToleration": 1,
         "TaskTopology": 20,
     }
-    assert set(DEFAULT_SCORE_WEIGHTS) <= set(SCORERS)
+    assert set(DEFAULT_SCORE_WEIGHTS) | set(BINPACK_SCORE_WEIGHTS) <= set(SCORERS)
 
 
 _CTX = PluginContext(ClusterCache(), lambda key: None)

@@ -15,6 +15,7 @@ from gangsched.core.framework import (
 from gangsched.core.plugins.avoid_free_gpus import AvoidFreeGPUs
 from gangsched.core.plugins.dynamic_resources import DynamicResources
 from gangsched.core.plugins.fgd import FragmentationGradient
+from gangsched.core.plugins.gang_locality import GangLocality
 from gangsched.core.plugins.gpu_binpack import GPUBinPack
 from gangsched.core.plugins.gpu_devices import GPUDevices
 from gangsched.core.plugins.gpu_spread import GPUSpread
@@ -34,9 +35,11 @@ from gangsched.core.plugins.volume_restrictions import VolumeRestrictions
 from gangsched.core.plugins.volume_zone import VolumeZone
 
 __all__ = [
+    "BINPACK_SCORE_WEIGHTS",
     "DEFAULT_FILTERS",
     "DEFAULT_SCORE_WEIGHTS",
     "FILTERS",
+    "PREFERENCE_SCORE_WEIGHTS",
     "SCORERS",
     "AvoidFreeGPUs",
     "DynamicResources",
@@ -44,6 +47,7 @@ __all__ = [
     "GPUBinPack",
     "GPUDevices",
     "GPUSpread",
+    "GangLocality",
     "InterPodAffinity",
     "InterPodAffinityScore",
     "LeastAllocated",
@@ -86,11 +90,12 @@ FILTERS: dict[str, FilterFactory] = {
 }
 
 SCORERS: dict[str, ScoreFactory] = {
-    AvoidFreeGPUs.name: lambda ctx: AvoidFreeGPUs(),
+    AvoidFreeGPUs.name: lambda ctx: AvoidFreeGPUs(ctx.gangs),
     FragmentationGradient.name: lambda ctx: FragmentationGradient(
         ctx.cache, ctx.settings.gpu_request_window, ctx.settings.gpu_model_label
     ),
     GPUBinPack.name: lambda ctx: GPUBinPack(devices=ctx.cache.resource_claims),
+    GangLocality.name: lambda ctx: GangLocality(ctx.cache, ctx.gangs),
     GPUSpread.name: lambda ctx: GPUSpread(),
     InterPodAffinityScore.name: lambda ctx: InterPodAffinityScore(ctx.cache, ctx.settings),
     LeastAllocated.name: lambda ctx: LeastAllocated(),
@@ -121,14 +126,30 @@ DEFAULT_FILTERS: tuple[str, ...] = (
     "DynamicResources",
 )
 
-DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
-    "GPUBinPack": 10,
+# The scorers every placement profile keeps: the pod's own preferences and the gang's task
+# topology.
+PREFERENCE_SCORE_WEIGHTS: dict[str, int] = {
     "InterPodAffinity": 2,
-    "LeastAllocated": 1,
     "NodeAffinity": 2,
     "PodTopologySpread": 2,
     "TaintToleration": 1,
     "TaskTopology": 20,
+}
+
+# Best fit: GPU pods on the fullest nodes and devices (the ``binpack`` profile).
+BINPACK_SCORE_WEIGHTS: dict[str, int] = {
+    "GPUBinPack": 10,
+    "LeastAllocated": 1,
+    **PREFERENCE_SCORE_WEIGHTS,
+}
+
+# The default (the ``fgd`` profile): each pod where it least raises the expected
+# fragmentation of the recent mix of GPU requests; CPU-only pods avoid free GPUs.
+DEFAULT_SCORE_WEIGHTS: dict[str, int] = {
+    "AvoidFreeGPUs": 2,
+    "FragmentationGradient": 10,
+    "GangLocality": 15,
+    **PREFERENCE_SCORE_WEIGHTS,
 }
 
 if TYPE_CHECKING:

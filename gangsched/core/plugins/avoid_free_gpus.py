@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gangsched.core.cache import NodeInfo
+from gangsched.core.framework import GangLookup
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import Pod
 from gangsched.core.resources import GPU
@@ -17,12 +18,32 @@ class AvoidFreeGPUs:
     node's free GPUs without the CPU or memory to use them. Free GPU is counted in milli-GPUs
     on the node's devices (by ``nvidia.com/gpu`` for a node without a device model). GPU pods
     score 0 everywhere; a missing node scores 0.
+
+    A member of a gang whose task topology makes its role affine to others (a parameter
+    server of a PS/worker job) scores 0 everywhere too: it belongs where its gang-mates go,
+    GPUs or not, and TaskTopology brings them together.
     """
 
     name: str = "AvoidFreeGPUs"
 
+    def __init__(self, gangs: GangLookup | None = None) -> None:
+        self._gangs = gangs
+
+    def constant(self, pod: Pod) -> bool:
+        """GPU pods and members with affine roles score 0 everywhere."""
+        return pod.gpu is not None or self._affine(pod)
+
+    def _affine(self, pod: Pod) -> bool:
+        if not pod.group or not pod.role or self._gangs is None:
+            return False
+        spec = self._gangs(pod.group)
+        if spec is None:
+            return False
+        role = pod.role
+        return any(role in group for group in spec.topology.affinity)
+
     def score(self, pod: Pod, node: NodeInfo) -> float:
-        if pod.gpu is not None:
+        if pod.gpu is not None or self._affine(pod):
             return 0.0
         n = node.node
         if n is None:

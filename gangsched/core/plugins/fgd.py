@@ -56,6 +56,8 @@ _PodKey = tuple[int, int, int, int]
 _FitVec = tuple[tuple[int, int, float], ...]
 # (increase, usage levels of the devices chosen) for one node state; levels None: no fit.
 _Result = tuple[float, tuple[int, ...] | None]
+# (GPU model, devices' usage sorted, CPU left, memory left): a node's state for the score.
+_State = tuple[str, tuple[int, ...], int, int]
 
 
 def usable(usage: Sequence[int], milli: int, count: int) -> int:
@@ -101,12 +103,18 @@ class FragmentationGradient:
         self._fit_ids: dict[_FitVec, int] = {}
         self._fit_vecs: list[_FitVec] = []
         self._frag: dict[tuple[tuple[int, ...], int], float] = {}
-        self._results: dict[_PodKey, dict[tuple[str, tuple[int, ...], int, int], _Result]] = {}
-        # The pod being scored, and the usage levels chosen on each node scored for it
-        # (by NodeGpus identity), for ``device_policy``.
+        # Node states (GPU model, devices' usage sorted, CPU and memory left) by number, and
+        # each node's state number as of its version: a node is looked at again only when it
+        # changed, and results are remembered by state number.
+        self._state_ids: dict[_State, int] = {}
+        self._states: list[_State] = []
+        self._node_state: dict[str, tuple[int, int]] = {}
+        self._results: dict[_PodKey, dict[int, _Result]] = {}
+        # The pod being scored, its results by state number, and the nodes scored for it
+        # (whose states say which devices the score assumed, for ``device_policy``).
         self._pod: _PodKey = (0, 0, 0, 0)
-        self._memo: dict[tuple[str, tuple[int, ...], int, int], _Result] = {}
-        self._choice: dict[int, tuple[int, ...] | None] = {}
+        self._memo: dict[int, _Result] = {}
+        self._scored: Sequence[NodeInfo] = ()
         # the device class of the pod being scored when its GPUs come through claims
         self._dra_class = ""
 
@@ -122,7 +130,7 @@ class FragmentationGradient:
         if cls is not None:
             self.mix.record(pod.uid, cls)
         weights = self.mix.weights()
-        self._choice.clear()
+        self._scored = ()
         if not weights.shares:
             return SKIP
         if weights.generation != self._generation:
@@ -138,6 +146,11 @@ class FragmentationGradient:
         if self._dra_class and devices is not None:
             key = (devices[1], MILLI, key[2], key[3])
         self._pod = key
+        if len(self._states) > _MEMO_LIMIT:  # (state numbers start again: results go too)
+            self._state_ids.clear()
+            self._states.clear()
+            self._node_state.clear()
+            self._results.clear()
         memo = self._results.get(key)
         if memo is None:
             if len(self._results) > 4096:
@@ -149,18 +162,61 @@ class FragmentationGradient:
         return SUCCESS
 
     def raw_score(self, pod: Pod, node: NodeInfo, state: CycleState) -> float:
+        return self.raw_scores(pod, (node,), state)[0]
+
+    def raw_scores(self, pod: Pod, nodes: Sequence[NodeInfo], state: CycleState) -> list[float]:
+        """``raw_score`` of each node, in one loop (it runs for every feasible node of every
+        pod): a node's state number is looked up by its version, its result by that number."""
         if self._dra_class:
-            return self._dra_score(node)
-        gpus = node.gpus
-        n = node.node
-        if gpus is None or n is None or not gpus.used:
-            return 0.0
-        result = self._rated(node, gpus.devices[0].model, tuple(sorted(gpus.used)))
-        levels = result[1]
-        self._choice[id(gpus)] = levels
-        if levels is None and self._pod[0]:
-            return _UNFIT
-        return -result[0]
+            return [self._dra_score(node) for node in nodes]
+        out: list[float] = []
+        memo = self._memo
+        seen = self._node_state
+        whole = self._pod[0] > 0
+        self._scored = nodes
+        for node in nodes:
+            gpus = node.gpus
+            if gpus is None or node.node is None or not gpus.used:
+                out.append(0.0)
+                continue
+            stamp = seen.get(node.name)
+            if stamp is not None and stamp[0] == node.version:
+                sid = stamp[1]
+            else:
+                left = node.left
+                sid = self._state_id(
+                    (
+                        gpus.devices[0].model,
+                        tuple(sorted(gpus.used)),
+                        left.get(CPU, 0),
+                        left.get(MEMORY, 0),
+                    )
+                )
+                seen[node.name] = (node.version, sid)
+            result = memo.get(sid)
+            if result is None:
+                result = memo[sid] = self._evaluate(self._pod, *self._states[sid])
+            out.append(_UNFIT if result[1] is None and whole else -result[0])
+        return out
+
+    def _scored_levels(self, gpus: NodeGpus) -> tuple[int, ...] | None:
+        """The usage levels the score chose on the node with these devices, when it was
+        scored for the pod just scored and has not changed since."""
+        for node in self._scored:
+            if node.gpus is gpus:
+                stamp = self._node_state.get(node.name)
+                if stamp is None or stamp[0] != node.version:
+                    return None
+                result = self._memo.get(stamp[1])
+                return None if result is None else result[1]
+        return None
+
+    def _state_id(self, key: _State) -> int:
+        sid = self._state_ids.get(key)
+        if sid is None:
+            sid = self._state_ids[key] = len(self._states)
+            self._states.append(key)
+        return sid
 
     def _dra_score(self, node: NodeInfo) -> float:
         """``raw_score`` for a pod whose GPUs come through claims: the node's devices of the
@@ -179,13 +235,24 @@ class FragmentationGradient:
         """The pod being scored on a node of this GPU model and device usage (sorted), with
         the CPU and memory the node has left; remembered by that state."""
         left = node.left
-        key = (model, usage, left.get(CPU, 0), left.get(MEMORY, 0))
-        result = self._memo.get(key)
+        sid = self._state_id((model, usage, left.get(CPU, 0), left.get(MEMORY, 0)))
+        result = self._memo.get(sid)
         if result is None:
-            result = self._memo[key] = self._evaluate(self._pod, *key)
+            result = self._memo[sid] = self._evaluate(self._pod, *self._states[sid])
         return result
 
     def normalize(self, scores: list[float], state: CycleState) -> None:
+        if not scores:
+            return
+        lo = min(scores)
+        if lo > _UNFIT:  # (the common case: the pod fits on every node scored)
+            span = max(scores) - lo
+            if span <= 1e-9:
+                scores[:] = [100.0] * len(scores)
+            else:
+                scale = 100.0 / span
+                scores[:] = [(s - lo) * scale for s in scores]
+            return
         fit = [s for s in scores if s > _UNFIT]
         if not fit:
             scores[:] = [0.0] * len(scores)
@@ -206,7 +273,7 @@ class FragmentationGradient:
         placement (a pod bound elsewhere, a what-if), the devices that raise the node's
         fragmentation least, its CPU and memory taken as no constraint."""
         milli = min(demand.milli, MILLI)
-        levels = self._choice.get(id(gpus))
+        levels = self._scored_levels(gpus)
         if levels is not None and self._pod[:2] == (demand.count, milli):
             devices = _devices_at(gpus.used, levels, milli)
             if devices is not None:
@@ -276,6 +343,9 @@ class FragmentationGradient:
             f = free * self._share_sum
             for milli, count, p in self._fit_vecs[fid]:
                 f -= p * usable(usage, milli, count)
+            # (rounded: equal states must compare equal, not by the order of the sums; real
+            # differences are at least a milli-GPU times a share of 1 / the window)
+            f = round(f, 6)
             if len(self._frag) > _MEMO_LIMIT:
                 self._frag.clear()
             self._frag[key] = f
