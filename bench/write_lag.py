@@ -6,16 +6,20 @@
 A real kube-apiserver with kwok GPU nodes. ``gangsched run`` (from ``--source``, default this
 tree) starts with the default API budget (50 qps, burst 100); then ``--stuck`` gangs that can
 never fit (each pod asks for more GPUs than a node has) are submitted at once, and while they
-keep failing, one gang that fits every ``--interval`` seconds (``--fitting`` of them). An
-observer watches events and pods in the namespace (its own client, not rate limited) and
-records when each write arrives:
+keep failing, one gang that fits every ``--interval`` seconds (``--fitting`` of them), each
+followed by one more gang that can never fit (``--late`` of them). An observer watches
+events, pods and PodGroups in the namespace (its own client, not rate limited) and records
+when each write arrives:
 
 - ``failed_scheduling``: a FailedScheduling event (or a series update) after the attempt it
   reports (its ``eventTime``, or ``series.lastObservedTime``);
 - ``condition``: a pod's new ``PodScheduled=False`` message after its ``lastTransitionTime``
   (whole seconds: up to 1 s too high);
 - ``scheduled``: a Scheduled event after the binding it reports was seen on the pod;
-- ``binding``: a pod of a fitting gang bound after the last member of its gang was seen.
+- ``binding``: a pod of a fitting gang bound after the last member of its gang was seen;
+- ``first_reason``: for each late gang, its first member's ``PodScheduled=False`` condition
+  after the last member of the gang was seen (the gang's first answer: why it waits);
+- ``first_podgroup_condition``: the same for its PodGroup's ``Scheduled`` condition.
 
 Then the scheduler is stopped (SIGTERM) right after the last binding, and the Scheduled events
 stored are counted against the pods bound. Prints one JSON object (seconds). Not a test:
@@ -101,7 +105,11 @@ class Observer:
             "condition": [],
             "scheduled": [],
             "binding": [],
+            "first_reason": [],
+            "first_podgroup_condition": [],
         }
+        self.first_condition_at: dict[str, float] = {}  # pod -> first PodScheduled=False seen
+        self.group_condition_at: dict[str, float] = {}  # PodGroup -> first Scheduled seen
         self.bound_at: dict[str, float] = {}
         self.seen_at: dict[str, float] = {}
         self.conditions: dict[str, str] = {}
@@ -129,6 +137,11 @@ class Observer:
             asyncio.create_task(self._watch(client, f"/api/v1/namespaces/{NS}/pods", self._pod)),
             asyncio.create_task(
                 self._watch(client, f"/apis/events.k8s.io/v1/namespaces/{NS}/events", self._event)
+            ),
+            asyncio.create_task(
+                self._watch(
+                    client, f"/apis/gangsched.io/v1alpha1/namespaces/{NS}/podgroups", self._group
+                )
             ),
         ]
         await asyncio.sleep(0.5)
@@ -161,11 +174,18 @@ class Observer:
             if c.get("type") != "PodScheduled" or c.get("status") != "False":
                 continue
             message = str(c.get("message", ""))
+            self.first_condition_at.setdefault(name, now)
             if self.conditions.get(name) != message:
                 self.conditions[name] = message
                 at = _stamp(c.get("lastTransitionTime"))
                 if at is not None:
                     self.lags["condition"].append(now - at)
+
+    def _group(self, now: float, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Scheduled":
+                self.group_condition_at.setdefault(name, now)
 
     def _event(self, now: float, obj: dict[str, Any]) -> None:
         reason = obj.get("reason")
@@ -203,6 +223,7 @@ def main() -> int:
     p.add_argument("--gang-size", type=int, default=8)
     p.add_argument("--stuck", type=int, default=100, help="gangs that never fit")
     p.add_argument("--fitting", type=int, default=30, help="gangs that fit, one per interval")
+    p.add_argument("--late", type=int, default=30, help="gangs that never fit, one per interval")
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--settle", type=float, default=10.0, help="seconds before the stop")
     args = p.parse_args()
@@ -245,13 +266,21 @@ def main() -> int:
             for i in range(0, len(stuck), 500):
                 cp.kubectl("create", "-f", "-", input=_list(stuck[i : i + 500]), timeout=300)
             fitting: list[str] = []
-            for g in range(args.fitting):
-                name = f"fit{g:03d}"
-                cp.kubectl("create", "-f", "-", input=_list(_gang(name, args.gang_size, 1)))
-                fitting += [f"{name}-{i}" for i in range(args.gang_size)]
+            for g in range(max(args.fitting, args.late)):
+                if g < args.fitting:
+                    name = f"fit{g:03d}"
+                    cp.kubectl("create", "-f", "-", input=_list(_gang(name, args.gang_size, 1)))
+                    fitting += [f"{name}-{i}" for i in range(args.gang_size)]
+                if g < args.late:
+                    late = _gang(f"late{g:03d}", args.gang_size, args.gpus_per_node + 1)
+                    cp.kubectl("create", "-f", "-", input=_list(late))
                 time.sleep(args.interval)
+            late_groups = [f"late{g:03d}" for g in range(args.late)]
             deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and not all(p in observer.bound_at for p in fitting):
+            while time.monotonic() < deadline and not (
+                all(p in observer.bound_at for p in fitting)
+                and all(g in observer.group_condition_at for g in late_groups)
+            ):
                 time.sleep(0.5)
             time.sleep(args.settle)
             t0 = time.monotonic()
@@ -269,6 +298,24 @@ def main() -> int:
                 for m in members:
                     if m in observer.bound_at:
                         observer.lags["binding"].append(observer.bound_at[m] - complete)
+        unanswered = 0
+        for g in range(args.late):  # first answer: last member seen -> first condition
+            name = f"late{g:03d}"
+            members = [f"{name}-{i}" for i in range(args.gang_size)]
+            if not all(m in observer.seen_at for m in members):
+                continue
+            complete = max(observer.seen_at[m] for m in members)
+            told = [
+                observer.first_condition_at[m] for m in members if m in observer.first_condition_at
+            ]
+            if told:
+                observer.lags["first_reason"].append(min(told) - complete)
+            else:
+                unanswered += 1
+            if name in observer.group_condition_at:
+                observer.lags["first_podgroup_condition"].append(
+                    observer.group_condition_at[name] - complete
+                )
         stored = cp.kubectl_json("get", "events.events.k8s.io", "-n", NS)["items"]
         pods = cp.kubectl_json("get", "pods", "-n", NS)["items"]
         placed = {p["metadata"]["name"] for p in pods if p["spec"].get("nodeName")}
@@ -282,6 +329,8 @@ def main() -> int:
                 "source": str(source),
                 "stuck_gangs": args.stuck,
                 "fitting_gangs": args.fitting,
+                "late_gangs": args.late,
+                "late_gangs_never_told": unanswered,
                 "gang_size": args.gang_size,
                 "lag_seconds": {k: _summary(v) for k, v in observer.lags.items()},
                 "pods_bound": len(placed),

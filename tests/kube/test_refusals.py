@@ -185,6 +185,8 @@ class RecordingOutbox:
         key: Hashable | None = None,
         *,
         urgent: bool = False,
+        first: bool = False,
+        on_drop: Callable[[], None] | None = None,
     ) -> None:
         self.jobs.append((what, job, key))
 

@@ -1144,3 +1144,57 @@ def test_a_reservation_is_written_while_the_gang_holds_one_and_dropped_after() -
     assert status["reservation"] == held
     without = scheduler_status(st, generation=1, waiting=0, start="S", last_failure="", since="T")
     assert "reservation" not in without, "server-side apply drops the field it no longer sends"
+
+
+# ---- first reports -------------------------------------------------------------------------
+
+
+class RankingOutbox:
+    """Records which writes the reporter marks as first reports."""
+
+    dropped = 0
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[str, Hashable | None, bool]] = []
+        self.drops: list[Callable[[], None] | None] = []
+
+    def put(
+        self,
+        what: str,
+        job: Callable[[], Awaitable[object]],
+        key: Hashable | None = None,
+        *,
+        urgent: bool = False,
+        first: bool = False,
+        on_drop: Callable[[], None] | None = None,
+    ) -> None:
+        self.puts.append((what, key, first))
+        self.drops.append(on_drop)
+
+
+def test_a_pods_and_a_gangs_first_report_go_before_the_backlog() -> None:
+    """The first PodScheduled condition of a pod, and the first Scheduled condition of a
+    PodGroup, are first reports; what follows for them is not."""
+    outbox = RankingOutbox()
+    reporter = Reporter(FakeKube(), outbox, "test")  # type: ignore[arg-type]
+    pod = PodRef("uid-a", "ml", "a")
+    reporter.unschedulable(pod, "Unschedulable", "0/3 nodes are available: 3 Insufficient cpu.")
+    reporter.unschedulable(pod, "Unschedulable", "0/3 nodes are available: 3 Insufficient gpu.")
+    conditions = [first for what, _, first in outbox.puts if what == "condition"]
+    assert conditions == [True, False]
+    # dropped unsent (the outbox full): the same report is sent again, as a first report
+    drop = outbox.drops[-1]
+    assert drop is not None
+    drop()
+    reporter.unschedulable(pod, "Unschedulable", "0/3 nodes are available: 3 Insufficient gpu.")
+    assert outbox.puts[-1] == ("condition", ("cond", "uid-a"), False)
+    failing = group_status(2, MemberCounts(total=2), attempted=True)
+    reporter.group_status("ml/train", failing, waiting=0, start=1.0, last_failure=1.0)
+    bound = group_status(2, MemberCounts(total=2, scheduled=2))
+    reporter.group_status("ml/train", bound, waiting=0, start=1.0, last_failure=1.0)
+    statuses = [first for what, _, first in outbox.puts if what == "podgroup-status"]
+    assert statuses == [True, False]
+    # a PodGroup that already carries a Scheduled condition (from a predecessor) is updated
+    seen = {"status": {"conditions": [{"type": "Scheduled", "status": "False"}]}}
+    reporter.group_status("ml/other", failing, waiting=0, start=1.0, last_failure=1.0, seen=seen)
+    assert outbox.puts[-1] == ("podgroup-status", ("podgroup", "ml/other"), False)

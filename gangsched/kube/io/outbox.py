@@ -7,8 +7,12 @@ Writes that carry a key (a PodGroup's status, a pod's condition, one event serie
 coalesced: at most one write per key is in flight, and of the writes queued for a key only the
 latest runs. So two status writes for one PodGroup can never land out of order.
 
-Two queues: urgent writes (the outcome of a binding: ``Scheduled``, ``FailedBinding``) go
-before the others, and the others are dropped first when the queue is full. Every write is
+Three queues: urgent writes (the outcome of a binding: ``Scheduled``, ``FailedBinding``) go
+first, then first reports (a gang's or a pod's first ``Scheduled`` condition: a newly
+complete gang is told why it waits before the backlog of repeats for thousands of pending pods
+is worked through; newest first), then the rest; the least important, oldest first, are
+dropped when the queue is full, and their writers told (``on_drop``) so that they send them
+again at the next report rather than taking them for sent. Every write is
 sent in the background lane of the client's rate limit (see client.py), so a backlog here
 never holds up a binding. On shutdown :meth:`drain` sends what is queued, urgent writes first,
 in the foreground lane (nothing else is sent any more), within a bounded time.
@@ -26,17 +30,25 @@ import structlog
 
 from gangsched.kube.io.client import ApiError, background_lane
 
-__all__ = ["Outbox"]
+__all__ = ["FIRST", "NORMAL", "URGENT", "Outbox"]
 
 log = structlog.get_logger("gangsched.outbox")
 
 Job = Callable[[], Awaitable[object]]
+# (what, the write, called if the write is dropped unsent)
+_Entry = tuple[str, Job, Callable[[], None] | None]
+
+
+# The queues, most important first: the outcome of a binding, a first report (what a gang or
+# pod is told for the first time), everything else.
+URGENT, FIRST, NORMAL = 0, 1, 2
 
 
 class Outbox:
     def __init__(self, workers: int = 4, capacity: int = 10_000) -> None:
-        # [urgent, normal]: each key is in at most one of them
-        self._queues: tuple[OrderedDict[Hashable, tuple[str, Job]], ...] = (
+        # [urgent, first, normal]: each key is in at most one of them
+        self._queues: tuple[OrderedDict[Hashable, _Entry], ...] = (
+            OrderedDict(),
             OrderedDict(),
             OrderedDict(),
         )
@@ -53,25 +65,43 @@ class Outbox:
         self.done = 0
 
     def put(
-        self, what: str, job: Job, key: Hashable | None = None, *, urgent: bool = False
+        self,
+        what: str,
+        job: Job,
+        key: Hashable | None = None,
+        *,
+        urgent: bool = False,
+        first: bool = False,
+        on_drop: Callable[[], None] | None = None,
     ) -> None:
-        """Queue a write; with a ``key``, it replaces any write for that key not yet started
-        (in the earlier place, or in the urgent queue if this one is urgent)."""
+        """Queue a write; with a ``key``, it replaces any write for that key not yet started,
+        in the earlier place, or at the end of a more important queue if this one is more
+        important (``urgent``: the outcome of a binding; ``first``: a first report, which goes
+        before the backlog of repeats and updates). ``on_drop`` is called if the write is
+        dropped unsent (the queue full), so its writer can send it again later."""
         if key is None:
             key = ("unkeyed", next(self._seq))
-        urgent_q, normal_q = self._queues
-        if key in urgent_q:
-            urgent_q[key] = (what, job)
-        elif key in normal_q and not urgent:
-            normal_q[key] = (what, job)
-        else:
-            normal_q.pop(key, None)
-            if self.queued >= self._capacity:
-                self.dropped += 1
-                if not normal_q and not urgent:
-                    return  # full of urgent writes: this one is the least of them
-                (normal_q or urgent_q).popitem(last=False)
-            (urgent_q if urgent else normal_q)[key] = (what, job)
+        rank = URGENT if urgent else FIRST if first else NORMAL
+        queues = self._queues
+        for i, queue in enumerate(queues):
+            if key in queue:
+                if i <= rank:
+                    queue[key] = (what, job, on_drop)
+                    self._wake_one()
+                    return
+                del queue[key]
+                break
+        if self.queued >= self._capacity:
+            self.dropped += 1
+            least = max(i for i, q in enumerate(queues) if q)
+            if rank > least:
+                if on_drop is not None:
+                    on_drop()
+                return  # full of more important writes: this one is the least of them
+            _, (_, _, dropped) = queues[least].popitem(last=False)
+            if dropped is not None:
+                dropped()
+        queues[rank][key] = (what, job, on_drop)
         self._wake_one()
 
     @property
@@ -86,10 +116,12 @@ class Outbox:
                 return
 
     def _take(self) -> tuple[Hashable, str, Job] | None:
-        for queue in self._queues:
-            for key in queue:
+        for rank, queue in enumerate(self._queues):
+            # first reports newest first: a gang just submitted is told why it waits at once,
+            # while a burst of first reports (a big submission, a restart) drains behind it
+            for key in reversed(queue) if rank == FIRST else queue:
                 if key not in self._busy:
-                    what, job = queue.pop(key)
+                    what, job, _ = queue.pop(key)
                     self._busy.add(key)
                     return key, what, job
         return None

@@ -122,7 +122,8 @@ class Reporter:
 
     def _pod_condition(self, pod: PodRef, reason: str, message: str) -> None:
         signature = f"{reason}/{message}"
-        if self._conditions.get(pod.uid) == signature:
+        said = self._conditions.get(pod.uid)
+        if said == signature:
             return
         self._conditions[pod.uid] = signature
         body = {
@@ -139,10 +140,22 @@ class Reporter:
             }
         }
         # Fenced: never lands on a pod bound since (see podstatus.py).
+        first = said is None
+
+        def dropped() -> None:  # (unsent: the next report sends it again, first if it was)
+            if self._conditions.get(pod.uid) == signature:
+                if first:
+                    del self._conditions[pod.uid]
+                else:
+                    self._conditions[pod.uid] = ""
+
+        # (the pod's first condition from this scheduler goes before the backlog of updates)
         self._outbox.put(
             "condition",
             lambda: write_pod_condition(self._client, pod, body, self.pod_version),
             key=("cond", pod.uid),
+            first=first,
+            on_drop=dropped,
         )
 
     def forget_pod(self, uid: str) -> None:
@@ -206,17 +219,26 @@ class Reporter:
         self._group_status[key] = Reported(status, signature, want["conditions"][0])
         path, body = podgroup_status_path(key), apply_body(key, want)
 
+        def unsent() -> None:  # forget it, so the next report for this gang writes again
+            now = self._group_status.get(key)
+            if now is not None and now.signature == signature:
+                self._group_status.pop(key, None)
+
         async def write() -> object:
             try:
                 return await self._client.apply(path, body, field_manager=SCHEDULER_MANAGER)
             except Exception:
-                # not written: forget it, so the next report for this gang writes again
-                now = self._group_status.get(key)
-                if now is not None and now.signature == signature:
-                    self._group_status.pop(key, None)
+                unsent()
                 raise
 
-        self._outbox.put("podgroup-status", write, key=("podgroup", key))
+        # the gang's first Scheduled condition goes before the backlog of updates
+        self._outbox.put(
+            "podgroup-status",
+            write,
+            key=("podgroup", key),
+            first=previous is None,
+            on_drop=unsent,
+        )
 
     @property
     def outbox(self) -> Outbox:

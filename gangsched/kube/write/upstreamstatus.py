@@ -129,6 +129,7 @@ class UpstreamStatus:
             return
         if self._sent.get(key) == said:
             return
+        first = previous is None and key not in self._sent  # the PodGroup's first word
         self._sent[key] = said
         ns, _, name = key.partition("/")
         path = version.status_path(key)
@@ -148,4 +149,6 @@ class UpstreamStatus:
                     self._sent.pop(key, None)
                 raise
 
-        self._outbox.put("upstream-podgroup-status", write, key=("upstream-podgroup", key))
+        self._outbox.put(
+            "upstream-podgroup-status", write, key=("upstream-podgroup", key), first=first
+        )

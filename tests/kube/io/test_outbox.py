@@ -186,3 +186,51 @@ async def test_stop_cancels_the_write_in_flight_and_sends_nothing_more() -> None
     outbox.put("event", log.job("late"))
     await asyncio.sleep(0.01)
     assert log.ran == [] and outbox.queued == 1 and outbox.done == 0
+
+
+async def test_first_reports_go_after_urgent_writes_and_before_the_backlog() -> None:
+    """A gang that became complete is told why it waits before the backlog of updates for
+    thousands of pending pods is worked through: first reports have their own queue."""
+    log, outbox = Log(), Outbox(workers=1)
+    for i in range(3):
+        outbox.put("condition", log.job(f"update{i}"), key=f"old{i}")
+    outbox.put("condition", log.job("first"), key="new", first=True)
+    outbox.put("event", log.job("scheduled"), urgent=True)
+    # an update of a key whose first report is queued replaces it in the first report's place
+    outbox.put("condition", log.job("first-latest"), key="new")
+    outbox.start()
+    await _until_idle(outbox)
+    await outbox.stop()
+    assert log.ran == ["scheduled", "first-latest", "update0", "update1", "update2"]
+
+
+async def test_first_reports_go_newest_first() -> None:
+    """A burst of first reports (a big submission, a restart) drains behind the gang
+    submitted last, which is told at once why it waits."""
+    log, outbox = Log(), Outbox(workers=1)
+    for name in ("a", "b", "c"):
+        outbox.put("condition", log.job(name), key=name, first=True)
+    outbox.start()
+    await _until_idle(outbox)
+    await outbox.stop()
+    assert log.ran == ["c", "b", "a"]
+
+
+async def test_a_full_queue_drops_the_backlog_before_first_reports_and_says_so() -> None:
+    log, outbox = Log(), Outbox(workers=1, capacity=2)
+    dropped: list[str] = []
+    for key, first in (("old", False), ("a", True), ("b", True), ("old2", False)):
+        outbox.put(
+            "condition",
+            log.job(key),
+            key=key,
+            first=first,
+            on_drop=lambda key=key: dropped.append(key),  # type: ignore[misc]
+        )
+    # "b" dropped the update "old"; "old2", the least of all, was dropped itself
+    assert (outbox.queued, outbox.dropped) == (2, 2)
+    assert dropped == ["old", "old2"]
+    outbox.start()
+    await _until_idle(outbox)
+    await outbox.stop()
+    assert log.ran == ["b", "a"]
