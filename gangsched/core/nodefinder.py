@@ -216,16 +216,18 @@ class NodeFinder:
             if table:
                 for name, value in table.items():
                     bonus[name] = bonus.get(name, 0.0) + weight * value
-        if bonus and within is None and not pod.placement.node_name:
+        if bonus and not pod.placement.node_name:
             # Where every node a sparse scorer names outscores every node it does not (its
             # least exceeds what all the other scorers together can give), the best feasible
-            # node among those is the best of all: search them first, the rest only when none
-            # is feasible (a gang's members join the nodes its members hold, while they fit).
+            # node among those is the best of all: search them first (those in the domain,
+            # for a search inside one), the rest only when none is feasible (a gang's members
+            # join the nodes its members hold, while they fit).
             ceiling = 100.0 * (sum(w for _, w in scorers) + sum(w for _, w in normalizing))
             if min(bonus.values()) > ceiling:
+                named = list(bonus) if within is None else [n for n in bonus if n in within]
                 best = self._search(
                     pod,
-                    self._within(pod, list(bonus)),
+                    self._within(pod, named),
                     self._dynamic,
                     stateful,
                     scorers,
