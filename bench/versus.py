@@ -40,13 +40,15 @@ REPO: Final = BENCH.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(BENCH))
 
-from versus_procs import SCHEDULERS  # noqa: E402
+from versus_procs import KNOWN, SCHEDULERS  # noqa: E402
 from versus_report import markdown  # noqa: E402
 from versus_workload import WORKLOADS, Workload  # noqa: E402
 
 from gangsched_dev.devcluster import ControlPlaneError, find_binaries  # noqa: E402
 
 PEERS_SCRIPT: Final = BENCH / "peers.sh"
+VOLCANO_SCRIPT: Final = BENCH / "peers_volcano.sh"
+DEFAULT_VOLCANO_VERSION: Final = "v1.15.0"
 DEFAULT_SP_VERSION: Final = "v0.34.7"
 # scheduler-plugins' PodGroup CRD when its build is not there: the stand-in the end-to-end
 # tests install (the fields every scheduler here reads are the same).
@@ -85,6 +87,25 @@ def _scheduler_plugins(build: bool) -> tuple[Path | None, str]:
     return Path(lines[-1]), ""
 
 
+def _volcano(build: bool) -> tuple[Path | None, str]:
+    """Volcano's build directory (bench/peers_volcano.sh), or None and why not."""
+    root = Path(os.environ.get("GANGSCHED_PEERS_CACHE") or Path.home() / ".cache/gangsched/peers")
+    version = os.environ.get("GANGSCHED_VOLCANO_VERSION") or DEFAULT_VOLCANO_VERSION
+    cached = root / f"volcano-{version}"
+    if os.access(cached / "vc-scheduler", os.X_OK) and (cached / "scheduler.conf").is_file():
+        return cached, ""
+    if not build:
+        return None, f"{cached.name} is not built (run: bash bench/peers_volcano.sh)"
+    print("building Volcano's scheduler (bench/peers_volcano.sh)...", file=sys.stderr, flush=True)
+    result = subprocess.run(
+        ["bash", str(VOLCANO_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not (Path(lines[-1]) / "vc-scheduler").is_file():
+        return None, f"bench/peers_volcano.sh failed with exit code {result.returncode}"
+    return Path(lines[-1]), ""
+
+
 def _podgroup_crd(peer_dir: Path | None, tmp: Path) -> tuple[Path, str]:
     """scheduler-plugins' own PodGroup CRD, else the tests' stand-in (its first document)."""
     if peer_dir is not None:
@@ -97,9 +118,17 @@ def _podgroup_crd(peer_dir: Path | None, tmp: Path) -> tuple[Path, str]:
 
 def _skipped(
     schedulers: Sequence[str], workload: Workload, build_peers: bool
-) -> tuple[dict[str, str], Path | None]:
+) -> tuple[dict[str, str], Path | None, Path | None]:
     skipped: dict[str, str] = {}
     peer_dir: Path | None = None
+    volcano_dir: Path | None = None
+    if "volcano" in schedulers:
+        if workload.dra:
+            skipped["volcano"] = "not run on DRA workloads here"
+        else:
+            volcano_dir, why = _volcano(build_peers)
+            if volcano_dir is None:
+                skipped["volcano"] = why
     if "kube-scheduler" in schedulers:
         try:
             if not os.access(find_binaries() / "kube-scheduler", os.X_OK):
@@ -114,7 +143,7 @@ def _skipped(
         peer_dir = _peer_cache_dir()
     if "binder" in schedulers and workload.name != "fill":
         skipped["binder"] = "the binder ignores gangs and claims: fill workload only"
-    return skipped, peer_dir
+    return skipped, peer_dir, volcano_dir
 
 
 def _command(args: argparse.Namespace, schedulers: Sequence[str], w: Workload) -> str:
@@ -153,14 +182,12 @@ def _bench(args: argparse.Namespace) -> int:
 
     workload = Workload.make(args.workload, args.nodes, args.pods)
     schedulers = [s.strip() for s in args.schedulers.split(",") if s.strip()]
-    unknown = [s for s in schedulers if s not in SCHEDULERS]
+    unknown = [s for s in schedulers if s not in KNOWN]
     if unknown or not schedulers:
-        print(
-            f"unknown scheduler(s) {unknown}; choose from {', '.join(SCHEDULERS)}", file=sys.stderr
-        )
+        print(f"unknown scheduler(s) {unknown}; choose from {', '.join(KNOWN)}", file=sys.stderr)
         return 2
     command = _command(args, schedulers, workload)
-    skipped, peer_dir = _skipped(schedulers, workload, not args.no_build_peers)
+    skipped, peer_dir, volcano_dir = _skipped(schedulers, workload, not args.no_build_peers)
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="versus-crd-") as tmp:
         crd, crd_source = _podgroup_crd(peer_dir, Path(tmp))
@@ -175,6 +202,7 @@ def _bench(args: argparse.Namespace) -> int:
             podgroup_crd=crd,
             peer_dir=peer_dir,
             log_dir=args.log_dir,
+            volcano_dir=volcano_dir,
         )
         for name, reason in skipped.items():
             _emit({"scheduler": name, "status": "skipped", "reason": reason}, args.json_out)
@@ -232,7 +260,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--workload", choices=WORKLOADS, default="fill")
     p.add_argument("--nodes", type=int, help="default: 100 (fill), 50 (contention)")
     p.add_argument("--pods", type=int, help="default: 8 x nodes (fill), 140%% of GPUs (contention)")
-    p.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    p.add_argument(
+        "--schedulers",
+        default=",".join(SCHEDULERS),
+        help=f"any of {', '.join(KNOWN)} (default: {', '.join(SCHEDULERS)})",
+    )
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--qps", type=int, default=5000, help="client QPS and burst of every scheduler")
     p.add_argument("--timeout", type=float, default=600, help="fill: seconds before giving up")

@@ -9,7 +9,10 @@ The schedulers under test:
 - ``coscheduling``: scheduler-plugins' scheduler, built by bench/peers.sh, with the
   Coscheduling configuration of its own release (``manifests/coscheduling``);
 - ``binder``: no scheduler at all, the physical limit: ``versus.py binder`` lists the pending
-  pods and POSTs pods/binding for each, 8 per node, as fast as the API server takes them.
+  pods and POSTs pods/binding for each, 8 per node, as fast as the API server takes them;
+- ``volcano`` (asked for by name only): Volcano's scheduler, built by bench/peers_volcano.sh,
+  with its release's default configuration (schedulerName ``volcano``), its own PodGroups
+  (``scheduling.volcano.sh``) in the queue ``default``.
 
 Every one gets the same client QPS and burst.
 """
@@ -28,6 +31,7 @@ from typing import Any, Final
 import yaml
 
 __all__ = [
+    "KNOWN",
     "SCHEDULERS",
     "Launch",
     "SchedulerProcess",
@@ -37,9 +41,12 @@ __all__ = [
     "gangsched_launch",
     "kube_scheduler_launch",
     "tree_stats",
+    "volcano_launch",
 ]
 
+# the schedulers run by default, and those that may be asked for by name
 SCHEDULERS: Final = ("gangsched", "kube-scheduler", "coscheduling", "binder")
+KNOWN: Final = (*SCHEDULERS, "volcano")
 BINDER_NAME: Final = "versus-binder"
 REPO: Final = Path(__file__).resolve().parents[1]
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
@@ -121,6 +128,26 @@ def coscheduling_launch(peer_dir: Path, kubeconfig: Path, qps: int, workdir: Pat
     name = str(profiles[0].get("schedulerName") or "default-scheduler")
     path = _write_yaml(workdir / "coscheduling-config.yaml", config)
     return Launch("coscheduling", _kube_scheduler_argv(peer_dir / "scheduler", path), name)
+
+
+def volcano_launch(peer_dir: Path, kubeconfig: Path, qps: int) -> Launch:
+    """Volcano's scheduler with its release's default configuration, leader election off, the
+    common QPS and burst, its metrics and health endpoints on loopback ports of their own."""
+    return Launch(
+        "volcano",
+        [
+            str(peer_dir / "vc-scheduler"),
+            f"--kubeconfig={kubeconfig}",
+            f"--scheduler-conf={peer_dir / 'scheduler.conf'}",
+            "--scheduler-name=volcano",
+            f"--kube-api-qps={qps}",
+            f"--kube-api-burst={qps}",
+            "--leader-elect=false",
+            "--listen-address=127.0.0.1:18080",
+            "--healthz-address=127.0.0.1:18081",
+        ],
+        "volcano",
+    )
 
 
 def binder_launch(kubeconfig: Path, qps: int, concurrency: int) -> Launch:

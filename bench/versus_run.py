@@ -39,6 +39,7 @@ from versus_procs import (
     coscheduling_launch,
     gangsched_launch,
     kube_scheduler_launch,
+    volcano_launch,
 )
 from versus_workload import GANG_LABEL, NAMESPACE, NODE_PATH, POD_PATH, Workload
 
@@ -51,7 +52,7 @@ QUIET_S: Final = 2.0
 STOPPED_S: Final = 1.0
 CURVE_STEP_S: Final = 1.0
 WRITE_VERBS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
-SETTLE_RESOURCES: Final = frozenset({"events", "podgroups"})
+SETTLE_RESOURCES: Final = frozenset({"events", "podgroups"})  # (Volcano's too)
 REQUESTS_SCOPE: Final = (
     "all clients, from the scheduler's start until 1 s after it stopped (apiserver_request_total "
     "has no client label, and counts a WATCH when it ends): kwok's writes (pods/status, "
@@ -71,6 +72,7 @@ class RunConfig:
     podgroup_crd: Path
     peer_dir: Path | None
     log_dir: Path | None
+    volcano_dir: Path | None = None
 
 
 def _launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> Launch:
@@ -84,6 +86,10 @@ def _launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> 
         return coscheduling_launch(cfg.peer_dir, cp.kubeconfig, cfg.qps, workdir)
     if scheduler == "binder":
         return binder_launch(cp.kubeconfig, cfg.qps, cfg.binder_concurrency)
+    if scheduler == "volcano":
+        if cfg.volcano_dir is None:
+            raise ValueError("volcano needs the Volcano build (bench/peers_volcano.sh)")
+        return volcano_launch(cfg.volcano_dir, cp.kubeconfig, cfg.qps)
     raise ValueError(f"unknown scheduler {scheduler!r}")
 
 
@@ -100,6 +106,15 @@ def run_one(cfg: RunConfig, scheduler: str, rep: int) -> dict[str, Any]:
             "crd/podgroups.gangsched.io",
             "--timeout=60s",
         )
+        if scheduler == "volcano" and cfg.volcano_dir is not None:
+            cp.apply(cfg.volcano_dir / "crds")
+            cp.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "crd/podgroups.scheduling.volcano.sh",
+                "crd/queues.scheduling.volcano.sh",
+                "--timeout=60s",
+            )
         cp.start_kwok()
         launch = _launch(cfg, scheduler, cp, workdir)
         log = workdir / f"{scheduler}.log"
@@ -142,8 +157,14 @@ async def _create(cfg: RunConfig, api: Api, scheduler_name: str) -> float:
     await api.create_all(w.node_objects(), cfg.create_concurrency)
     await _wait_nodes_ready(api, w.nodes)
     await api.create_all(w.dra_objects(), cfg.create_concurrency)
-    await api.create_all(w.podgroup_objects(), cfg.create_concurrency)
-    await api.create_all(w.pod_objects(scheduler_name), cfg.create_concurrency)
+    volcano = scheduler_name == "volcano"
+    if volcano:  # (the queue before its PodGroups)
+        objects = w.podgroup_objects(volcano=True)
+        await api.create_all([next(objects)], 1)
+        await api.create_all(objects, cfg.create_concurrency)
+    else:
+        await api.create_all(w.podgroup_objects(), cfg.create_concurrency)
+    await api.create_all(w.pod_objects(scheduler_name, volcano), cfg.create_concurrency)
     return time.monotonic() - t
 
 

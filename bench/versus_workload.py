@@ -11,6 +11,10 @@ ignoring it) kube-scheduler all accept: a ``scheduling.x-k8s.io/v1alpha1`` PodGr
   without ``nvidia.com/gpu``, a DeviceClass, one ResourceSlice of 8 devices per node, and a
   ResourceClaim of one device per pod (created with the pods, by name), which the scheduler
   allocates and writes before binding.
+For Volcano the gangs are Volcano's own: a ``scheduling.volcano.sh/v1beta1`` PodGroup in the
+queue ``default`` (created too), named by the pod annotation ``scheduling.k8s.io/group-name``
+(the pods keep the label, which Volcano ignores).
+
 - ``contention``: demand 140% of the GPUs (50 nodes, 70 gangs of 8 by default) and the members
   of all gangs interleaved in creation order (member 0 of every gang, then member 1, ...), the
   case in which a scheduler that places pod by pod leaves every gang partly bound.
@@ -48,6 +52,8 @@ CONTENTION_DEMAND: Final = 1.4
 WORKLOADS: Final = ("fill", "fill-dra", "contention")
 DRIVER: Final = "gpu.bench.example.com"
 RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
+VOLCANO_API: Final = "/apis/scheduling.volcano.sh/v1beta1"
+VOLCANO_GROUP: Final = "scheduling.k8s.io/group-name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +158,28 @@ class Workload:
                     },
                 )
 
-    def podgroup_objects(self) -> Iterator[tuple[str, dict[str, Any]]]:
+    def podgroup_objects(self, volcano: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+        if volcano:
+            yield (
+                f"{VOLCANO_API}/queues",
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "Queue",
+                    "metadata": {"name": "default"},
+                    "spec": {"weight": 1, "reclaimable": True},
+                },
+            )
+            for g in range(self.gangs):
+                yield (
+                    f"{VOLCANO_API}/namespaces/{NAMESPACE}/podgroups",
+                    {
+                        "apiVersion": "scheduling.volcano.sh/v1beta1",
+                        "kind": "PodGroup",
+                        "metadata": {"name": self.gang_name(g), "namespace": NAMESPACE},
+                        "spec": {"minMember": self.gang_size, "queue": "default"},
+                    },
+                )
+            return
         for g in range(self.gangs):
             yield (
                 PODGROUP_PATH,
@@ -164,14 +191,19 @@ class Workload:
                 },
             )
 
-    def pod_objects(self, scheduler_name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    def pod_objects(
+        self, scheduler_name: str, volcano: bool = False
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Gang by gang (fill), or member index by member index across gangs (contention)."""
         if self.fills:
             order = ((g, i) for g in range(self.gangs) for i in range(self.gang_size))
         else:
             order = ((g, i) for i in range(self.gang_size) for g in range(self.gangs))
         for g, i in order:
-            yield POD_PATH, self._pod(g, i, scheduler_name)
+            pod = self._pod(g, i, scheduler_name)
+            if volcano:
+                pod["metadata"]["annotations"] = {VOLCANO_GROUP: self.gang_name(g)}
+            yield POD_PATH, pod
 
     def _pod(self, g: int, i: int, scheduler_name: str) -> dict[str, Any]:
         gang = self.gang_name(g)

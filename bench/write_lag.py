@@ -19,7 +19,9 @@ when each write arrives:
 - ``binding``: a pod of a fitting gang bound after the last member of its gang was seen;
 - ``first_reason``: for each late gang, its first member's ``PodScheduled=False`` condition
   after the last member of the gang was seen (the gang's first answer: why it waits);
-- ``first_podgroup_condition``: the same for its PodGroup's ``Scheduled`` condition.
+- ``first_podgroup_condition``: the same for its PodGroup's ``Scheduled`` condition with a
+  reason (``Pending``, written when the members are counted and before any attempt, is not
+  one).
 
 Then the scheduler is stopped (SIGTERM) right after the last binding, and the Scheduled events
 stored are counted against the pods bound. Prints one JSON object (seconds). Not a test:
@@ -184,7 +186,8 @@ class Observer:
     def _group(self, now: float, obj: dict[str, Any]) -> None:
         name = obj["metadata"]["name"]
         for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Scheduled":
+            # an answer: bound, or a reason (not "Pending": members counted, not yet tried)
+            if c.get("type") == "Scheduled" and c.get("reason") != "Pending":
                 self.group_condition_at.setdefault(name, now)
 
     def _event(self, now: float, obj: dict[str, Any]) -> None:

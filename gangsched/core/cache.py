@@ -125,6 +125,7 @@ class ClusterCache:
         self.total_requested: ResourceList = {}  # over usable (ready) nodes
         self._total_free: ResourceList = {}  # sum over usable nodes of max(0, free) per resource
         self.static_generation = 0  # bumps when any node's non-resource attributes change
+        self.capacity_generation = 0  # bumps when a node comes, goes or its allocatable changes
         # Bumps whenever anything a filter reads may have changed: a node, a counted pod (or
         # one being counted or no longer), a namespace. A pod that failed to fit at one
         # generation fails again at the same generation (core/equivalence.py).
@@ -158,6 +159,8 @@ class ClusterCache:
         old = info.node
         if old is None or old.static_signature() != node.static_signature():
             self.static_generation += 1
+        if old is None or old.allocatable != node.allocatable:
+            self.capacity_generation += 1
         info.node = node
         info.relist()
         if old is None or old.labels != node.labels:
@@ -179,6 +182,7 @@ class ClusterCache:
         info.node = None
         info.relist()
         self.static_generation += 1
+        self.capacity_generation += 1
         self.generation += 1
         self._reindex(info)
         if not info.pods:

@@ -17,7 +17,7 @@ filters. Normalizing scorers collect a raw score for every feasible node found a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.framework import (
@@ -81,6 +81,15 @@ class NodeFinder:
                     self._constant.append((sc, w, constant))
         self._nodes_to_score = max(1, nodes_to_score)
         self._verdicts: dict[Placement, dict[str, Status]] = {}
+        # fits_nowhere's answers by (placement, requests), while no node's static attributes
+        # or allocatable change
+        self._nowhere: dict[tuple[Placement, tuple[tuple[str, int], ...]], bool] = {}
+        self._nowhere_generation = (-1, -1)
+        # diagnose's messages for pods no PreFilter looks at, by what their verdicts depend on,
+        # while the cache's generation stands (a backlog of identical failing gangs costs one
+        # walk of the nodes per cluster change)
+        self._diagnoses: dict[Hashable, str] = {}
+        self._diagnoses_generation = -1
         self._generation = -1
         self._order: list[str] = []
         self._next_start = 0
@@ -125,11 +134,23 @@ class NodeFinder:
         static filter (node name, labels, taints, the cordon) or has less allocatable of some
         resource than the pod requests. Evicting pods cannot help such a pod (kube-scheduler
         calls this UnschedulableAndUnresolvable on every node). Walks the nodes once, with the
-        static verdicts cached per placement."""
+        static verdicts cached per placement; the answer is kept for pods of the same
+        placement and requests until a node's static attributes or allocatable change (a
+        backlog of identical pods that fit nowhere costs one walk)."""
         self._refresh()
+        cache = self._cache
+        generation = (cache.static_generation, cache.capacity_generation)
+        if generation != self._nowhere_generation:
+            self._nowhere.clear()
+            self._nowhere_generation = generation
+        asked = tuple(sorted((r, a) for r, a in pod.requests.items() if a > 0))
+        key = (pod.placement, asked)
+        known = self._nowhere.get(key)
+        if known is not None:
+            return known
         verdicts = self._verdicts.setdefault(pod.placement, {})
-        requests = pod.requests.items()
-        nodes = self._cache.nodes
+        nodes = cache.nodes
+        answer = True
         for name in self._order:
             info = nodes.get(name)
             if info is None or info.node is None:
@@ -137,9 +158,13 @@ class NodeFinder:
             if not self._static_verdict(pod, info, verdicts).ok:
                 continue
             allocatable = info.node.allocatable
-            if all(allocatable.get(r, 0) >= amount for r, amount in requests):
-                return False
-        return True
+            if all(allocatable.get(r, 0) >= amount for r, amount in asked):
+                answer = False
+                break
+        if len(self._nowhere) > 10_000:
+            self._nowhere.clear()
+        self._nowhere[key] = answer
+        return answer
 
     @property
     def finds(self) -> int:
@@ -336,6 +361,44 @@ class NodeFinder:
         verdicts = self._verdicts.setdefault(pod.placement, {})
         state = CycleState()
         stateful, failed = self._pre_filter(pod, state)
+        key: Hashable = None
+        if failed is None and not stateful:
+            # (the static filters read the placement, NodeResourcesFit the requests,
+            # GPUDevices the GPU demand; a filter the scheduler adds says what it reads)
+            generation = self._cache.generation
+            if generation != self._diagnoses_generation:
+                self._diagnoses.clear()
+                self._diagnoses_generation = generation
+            key = (
+                pod.placement,
+                tuple(sorted(pod.requests.items())),
+                pod.gpu,
+                None if within is None else tuple(within),
+                tuple(
+                    memo(pod)
+                    for f in self._dynamic
+                    if (memo := getattr(f, "memo_key", None)) is not None
+                ),
+            )
+            known = self._diagnoses.get(key)
+            if known is not None:
+                return known
+        message = self._diagnose(pod, within, verdicts, state, stateful, failed)
+        if key is not None:
+            if len(self._diagnoses) > 1000:
+                self._diagnoses.clear()
+            self._diagnoses[key] = message
+        return message
+
+    def _diagnose(
+        self,
+        pod: Pod,
+        within: Sequence[str] | None,
+        verdicts: dict[str, Status],
+        state: CycleState,
+        stateful: list[PreFilterPlugin],
+        failed: Status | None,
+    ) -> str:
         reasons: Counter[str] = Counter()
         total = 0
         for name in self._order if within is None else within:

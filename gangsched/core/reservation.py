@@ -22,6 +22,8 @@ attempt of its gang, and ends when the gang binds or goes away.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -115,6 +117,16 @@ class ReservationFilter:
                 if held and devices.device_usage(node.name, cls)[0] - held < amount:
                     return _HELD
         return SUCCESS
+
+    def memo_key(self, pod: Pod) -> Hashable:
+        """What this filter's verdicts for ``pod`` depend on besides the node and the pod's
+        requests: the reservation (its gang, priority, need) and whether the pod may ignore
+        it. Pods with equal keys and requests get equal verdicts on every node."""
+        r = self._current
+        if r is None:
+            return None
+        need = tuple(sorted((n, tuple(sorted(v.items()))) for n, v in r.need.items()))
+        return (r.gang, r.priority, need, self._exempt_pod(pod, r))
 
     def _exempt_pod(self, pod: Pod, r: Reservation) -> bool:
         key = pod.group or pod.uid
