@@ -22,9 +22,7 @@ attempt of its gang, and ends when the gang binds or goes away.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from gangsched.core.cache import NodeInfo
