@@ -1,30 +1,59 @@
 #!/usr/bin/env bash
 # Build (once) and cache the peer schedulers the side-by-side benchmark (bench/versus.py) runs
 # against gangsched. kube-scheduler comes with the test control plane (hack/control-plane.sh);
-# this builds scheduler-plugins' scheduler (kube-scheduler with Coscheduling compiled in) from Go
-# modules, and copies the Coscheduling scheduler configuration and the scheduling.x-k8s.io
-# PodGroup CRD of the same release beside it. Not part of the test command: only the benchmark
-# needs it (about 11 minutes of compile on 2 cores, cold).
+# this builds, from Go modules:
+# - (no argument) scheduler-plugins' scheduler (kube-scheduler with Coscheduling compiled in),
+#   with the Coscheduling scheduler configuration and the scheduling.x-k8s.io PodGroup CRD of
+#   the same release beside it (about 11 minutes of compile on 2 cores, cold);
+# - `volcano`: Volcano's scheduler (vc-scheduler) from the volcano.sh/volcano module of a
+#   release, with its CRDs and its helm chart's default scheduler configuration;
+# - `kai`: NVIDIA's KAI scheduler: its scheduler and its binder (KAI binds through BindRequest
+#   objects that the binder carries out), in one go build, with its CRDs.
+# Not part of the test command: only the benchmark needs them.
 #
-# Output: ${GANGSCHED_PEERS_CACHE:-$HOME/.cache/gangsched/peers}/scheduler-plugins-<version>/
-#   scheduler, scheduler-config.yaml, podgroups-crd.yaml
+# Output: ${GANGSCHED_PEERS_CACHE:-$HOME/.cache/gangsched/peers}/
+#   scheduler-plugins-<version>/  scheduler, scheduler-config.yaml, podgroups-crd.yaml
+#   volcano-<version>/            vc-scheduler, crds/*.yaml, scheduler.conf
+#   kai-<version>/                scheduler, binder, crds/*.yaml
 # The output directory is printed as the last line of stdout; progress goes to stderr.
 #
 # Environment:
-#   GANGSCHED_SP_VERSION   scheduler-plugins version (default v0.34.7: the newest the module
-#                          proxy serves; v0.35.0 is refused)
-#   GANGSCHED_GO           go binary (default: go on PATH, else /usr/local/go/bin/go)
-#   GANGSCHED_BUILD_JOBS   go build -p (default: min(nproc, 2))
+#   GANGSCHED_SP_VERSION       scheduler-plugins version (default v0.34.7: the newest the
+#                              module proxy serves; v0.35.0 is refused)
+#   GANGSCHED_VOLCANO_VERSION  Volcano version (default v1.15.0: the module proxy serves it;
+#                              v1.13.x and v1.16.x were refused when this was written)
+#   GANGSCHED_VOLCANO_APIS     volcano.sh/apis version (default: the release's, else v1.14.0)
+#   GANGSCHED_KAI_VERSION      KAI version (default v0.20.1: the one the module proxy serves
+#                              from v0.16 on; v0.16-v0.19, v0.21 and v0.22 were refused)
+#   GANGSCHED_GO               go binary (default: go on PATH, else /usr/local/go/bin/go)
+#   GANGSCHED_BUILD_JOBS       go build -p (default: min(nproc, 2))
 set -euo pipefail
 
 log() { printf '[peers] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+PEER="${1:-scheduler-plugins}"
 SP_VERSION="${GANGSCHED_SP_VERSION:-v0.34.7}"
+VOLCANO_VERSION="${GANGSCHED_VOLCANO_VERSION:-v1.15.0}"
+KAI_VERSION="${GANGSCHED_KAI_VERSION:-v0.20.1}"
 CACHE_ROOT="${GANGSCHED_PEERS_CACHE:-$HOME/.cache/gangsched/peers}"
-OUT_DIR="$CACHE_ROOT/scheduler-plugins-$SP_VERSION"
+case "$PEER" in
+  scheduler-plugins)
+    OUT_DIR="$CACHE_ROOT/scheduler-plugins-$SP_VERSION"
+    built() { [[ -x "$OUT_DIR/scheduler" && -s "$OUT_DIR/scheduler-config.yaml" && -s "$OUT_DIR/podgroups-crd.yaml" ]]; }
+    ;;
+  volcano)
+    OUT_DIR="$CACHE_ROOT/volcano-$VOLCANO_VERSION"
+    built() { [[ -x "$OUT_DIR/vc-scheduler" && -s "$OUT_DIR/scheduler.conf" && -d "$OUT_DIR/crds" ]]; }
+    ;;
+  kai)
+    OUT_DIR="$CACHE_ROOT/kai-$KAI_VERSION"
+    built() { [[ -x "$OUT_DIR/scheduler" && -x "$OUT_DIR/binder" && -d "$OUT_DIR/crds" ]]; }
+    ;;
+  *) die "unknown peer $PEER (scheduler-plugins, volcano or kai)" ;;
+esac
 
-if [[ -x "$OUT_DIR/scheduler" && -s "$OUT_DIR/scheduler-config.yaml" && -s "$OUT_DIR/podgroups-crd.yaml" ]]; then
+if built; then
   printf '%s\n' "$OUT_DIR"
   exit 0
 fi
@@ -43,8 +72,87 @@ ncpu="$(nproc 2>/dev/null || echo 2)"
 JOBS="${GANGSCHED_BUILD_JOBS:-$((ncpu < 2 ? ncpu : 2))}"
 
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+trap 'chmod -R u+w "$work" 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$CACHE_ROOT"
+
+# Publish a staged build directory as $OUT_DIR and print it.
+publish() {
+  chmod -R u+w "$1"
+  rm -rf "$OUT_DIR"
+  mv "$1" "$OUT_DIR"
+  printf '%s\n' "$OUT_DIR"
+}
+
+build_volcano() {
+  log "volcano $VOLCANO_VERSION: resolving the module"
+  local mod_dir src apis="${GANGSCHED_VOLCANO_APIS:-}" stage="$work/volcano-out" v
+  mod_dir="$(cd "$work" && "$GO" mod download -json "volcano.sh/volcano@$VOLCANO_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -d "$mod_dir" ]] || die "go mod download volcano.sh/volcano@$VOLCANO_VERSION gave no directory"
+  # The module is its own main module here (its replace lines apply): a writable copy.
+  src="$work/volcano"
+  cp -r "$mod_dir" "$src"
+  chmod -R u+w "$src"
+  # Its go.mod points volcano.sh/apis at ./staging/src/volcano.sh/apis, a nested module the
+  # module zip leaves out: the published volcano.sh/apis module is used instead.
+  if [[ ! -d "$src/staging/src/volcano.sh/apis" ]]; then
+    for v in ${apis:-$VOLCANO_VERSION v1.14.0}; do
+      if (cd "$work" && "$GO" mod download "volcano.sh/apis@$v" >/dev/null 2>&1); then
+        apis="$v"
+        break
+      fi
+      apis=""
+    done
+    [[ -n "$apis" ]] || die "the module proxy serves none of the volcano.sh/apis versions tried"
+    log "volcano $VOLCANO_VERSION: volcano.sh/apis $apis (the staging copy is not in the module zip)"
+    cp -r "$(cd "$work" && "$GO" mod download -json "volcano.sh/apis@$apis" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')" "$work/apis"
+    chmod -R u+w "$work/apis"
+    # The one name v1.15's scheduler uses that volcano.sh/apis v1.14.0 lacks (the proxy
+    # refuses v1.15.0 of it), with the value its design document gives.
+    if ! grep -rq "QueueAllocationGateKey" "$work/apis/pkg/apis/scheduling/v1beta1"; then
+      printf '%s\n' "package v1beta1" "" \
+        "// QueueAllocationGateKey: in volcano.sh/apis from v1.15 (added by bench/peers.sh)." \
+        'const QueueAllocationGateKey = GroupName + "/queue-allocation-gate"' \
+        >"$work/apis/pkg/apis/scheduling/v1beta1/zz_queue_allocation_gate.go"
+    fi
+    (cd "$src" && "$GO" mod edit -replace "volcano.sh/apis=../apis")
+  fi
+  log "volcano $VOLCANO_VERSION: building cmd/scheduler (-p $JOBS; minutes when cold)"
+  (cd "$src" && GOFLAGS="$GOFLAGS -mod=mod" "$GO" build -p "$JOBS" -trimpath -ldflags "-s -w" \
+    -o "$work/vc-scheduler" ./cmd/scheduler) >&2 \
+    || die "go build ./cmd/scheduler failed (volcano.sh/volcano@$VOLCANO_VERSION)"
+  mkdir -p "$stage/crds"
+  cp "$work/vc-scheduler" "$stage/"
+  cp "$src"/config/crd/volcano/bases/*.yaml "$stage/crds/"
+  # the scheduler configuration Volcano's helm chart installs (enqueue, allocate, backfill;
+  # gang scheduling in the first tier)
+  cp "$src/installer/helm/chart/volcano/config/volcano-scheduler.conf" "$stage/scheduler.conf"
+  publish "$stage"
+}
+
+build_kai() {
+  log "KAI $KAI_VERSION: resolving the module"
+  local mod_dir src stage="$work/kai-out"
+  mod_dir="$(cd "$work" && "$GO" mod download -json "github.com/NVIDIA/KAI-scheduler@$KAI_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -d "$mod_dir" ]] || die "go mod download github.com/NVIDIA/KAI-scheduler@$KAI_VERSION gave no directory"
+  src="$work/kai"
+  cp -r "$mod_dir" "$src"
+  chmod -R u+w "$src"
+  mkdir -p "$stage/crds"
+  log "KAI $KAI_VERSION: building cmd/scheduler and cmd/binder (-p $JOBS; minutes when cold)"
+  (cd "$src" && GOFLAGS="$GOFLAGS -mod=mod" "$GO" build -p "$JOBS" -trimpath -ldflags "-s -w" \
+    -o "$stage/" ./cmd/scheduler ./cmd/binder) >&2 \
+    || die "go build ./cmd/scheduler ./cmd/binder failed (github.com/NVIDIA/KAI-scheduler@$KAI_VERSION)"
+  cp "$src"/deployments/kai-scheduler/crds/*.yaml "$stage/crds/"
+  publish "$stage"
+}
+
+case "$PEER" in
+  volcano) build_volcano; exit 0 ;;
+  kai) build_kai; exit 0 ;;
+esac
 
 log "scheduler-plugins $SP_VERSION: resolving the module"
 sp_dir="$(cd "$work" && "$GO" mod download -json "sigs.k8s.io/scheduler-plugins@$SP_VERSION" \
@@ -118,7 +226,4 @@ mkdir -p "$tmp_out"
 cp "$work/scheduler" "$tmp_out/scheduler"
 cp "$sp_dir/manifests/coscheduling/scheduler-config.yaml" "$tmp_out/scheduler-config.yaml"
 cp "$sp_dir/config/crd/bases/scheduling.x-k8s.io_podgroups.yaml" "$tmp_out/podgroups-crd.yaml"
-chmod -R u+w "$tmp_out"
-rm -rf "$OUT_DIR"
-mv "$tmp_out" "$OUT_DIR"
-printf '%s\n' "$OUT_DIR"
+publish "$tmp_out"

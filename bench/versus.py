@@ -47,7 +47,6 @@ from versus_workload import WORKLOADS, Workload  # noqa: E402
 from gangsched_dev.devcluster import ControlPlaneError, find_binaries  # noqa: E402
 
 PEERS_SCRIPT: Final = BENCH / "peers.sh"
-VOLCANO_SCRIPT: Final = BENCH / "peers_volcano.sh"
 DEFAULT_VOLCANO_VERSION: Final = "v1.15.0"
 DEFAULT_SP_VERSION: Final = "v0.34.7"
 # scheduler-plugins' PodGroup CRD when its build is not there: the stand-in the end-to-end
@@ -88,21 +87,21 @@ def _scheduler_plugins(build: bool) -> tuple[Path | None, str]:
 
 
 def _volcano(build: bool) -> tuple[Path | None, str]:
-    """Volcano's build directory (bench/peers_volcano.sh), or None and why not."""
+    """Volcano's build directory (bench/peers.sh volcano), or None and why not."""
     root = Path(os.environ.get("GANGSCHED_PEERS_CACHE") or Path.home() / ".cache/gangsched/peers")
     version = os.environ.get("GANGSCHED_VOLCANO_VERSION") or DEFAULT_VOLCANO_VERSION
     cached = root / f"volcano-{version}"
     if os.access(cached / "vc-scheduler", os.X_OK) and (cached / "scheduler.conf").is_file():
         return cached, ""
     if not build:
-        return None, f"{cached.name} is not built (run: bash bench/peers_volcano.sh)"
-    print("building Volcano's scheduler (bench/peers_volcano.sh)...", file=sys.stderr, flush=True)
+        return None, f"{cached.name} is not built (run: bash bench/peers.sh volcano)"
+    print("building Volcano's scheduler (bench/peers.sh volcano)...", file=sys.stderr, flush=True)
     result = subprocess.run(
-        ["bash", str(VOLCANO_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+        ["bash", str(PEERS_SCRIPT), "volcano"], stdout=subprocess.PIPE, text=True, check=False
     )
     lines = result.stdout.strip().splitlines()
     if result.returncode != 0 or not lines or not (Path(lines[-1]) / "vc-scheduler").is_file():
-        return None, f"bench/peers_volcano.sh failed with exit code {result.returncode}"
+        return None, f"bench/peers.sh volcano failed with exit code {result.returncode}"
     return Path(lines[-1]), ""
 
 

@@ -10,7 +10,7 @@ The schedulers under test:
   Coscheduling configuration of its own release (``manifests/coscheduling``);
 - ``binder``: no scheduler at all, the physical limit: ``versus.py binder`` lists the pending
   pods and POSTs pods/binding for each, 8 per node, as fast as the API server takes them;
-- ``volcano`` (asked for by name only): Volcano's scheduler, built by bench/peers_volcano.sh,
+- ``volcano`` (asked for by name only): Volcano's scheduler, built by bench/peers.sh volcano,
   with its release's default configuration (schedulerName ``volcano``), its own PodGroups
   (``scheduling.volcano.sh``) in the queue ``default``.
 

@@ -88,7 +88,7 @@ def _launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> 
         return binder_launch(cp.kubeconfig, cfg.qps, cfg.binder_concurrency)
     if scheduler == "volcano":
         if cfg.volcano_dir is None:
-            raise ValueError("volcano needs the Volcano build (bench/peers_volcano.sh)")
+            raise ValueError("volcano needs the Volcano build (bench/peers.sh volcano)")
         return volcano_launch(cfg.volcano_dir, cp.kubeconfig, cfg.qps)
     raise ValueError(f"unknown scheduler {scheduler!r}")
 
@@ -158,9 +158,14 @@ async def _create(cfg: RunConfig, api: Api, scheduler_name: str) -> float:
     await _wait_nodes_ready(api, w.nodes)
     await api.create_all(w.dra_objects(), cfg.create_concurrency)
     volcano = scheduler_name == "volcano"
-    if volcano:  # (the queue before its PodGroups)
+    if volcano:
+        # The queue before its PodGroups, Open: the state Volcano's controller manager (not
+        # run here: only its scheduler is under test) gives a new queue.
         objects = w.podgroup_objects(volcano=True)
-        await api.create_all([next(objects)], 1)
+        path, queue = next(objects)
+        _, created = await api.call("POST", path, queue, ok=(201,))
+        created["status"] = {**(created.get("status") or {}), "state": "Open"}
+        await api.call("PUT", f"{path}/{created['metadata']['name']}/status", created)
         await api.create_all(objects, cfg.create_concurrency)
     else:
         await api.create_all(w.podgroup_objects(), cfg.create_concurrency)
