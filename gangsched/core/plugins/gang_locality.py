@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import islice
 
 from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.framework import GangLookup
 from gangsched.core.model import Pod
 
-__all__ = ["GangLocality"]
+__all__ = ["RECENT", "GangLocality"]
+
+# How many of a gang's nodes, the most recent first, the scorer names.
+RECENT = 8
 
 
 class GangLocality:
     """Scorer: a node holding members of the pod's gang (bound, or reserved earlier in this
-    cycle) scores 100, any other node 0. Members that share a node talk over its links
-    (NVLink, PCIe, shared memory) rather than the network, and a gang on fewer nodes is
-    hit by fewer node failures.
+    cycle) scores 100, any other node 0; of a gang on many nodes, only the ``RECENT`` (8) nodes
+    it came to last (the nodes it is filling). Members that share a node talk over its links
+    (NVLink, PCIe, shared memory) rather than the network, and a gang on fewer nodes is hit by
+    fewer node failures.
 
     Scoring by fragmentation alone scatters a gang: each member goes to whichever node its
     own size leaves least fragmented, often a different node per member. With this scorer
@@ -55,7 +60,10 @@ class GangLocality:
             spec = self._gangs(group)
             if spec is not None and (spec.topology.affinity or spec.topology.anti_affinity):
                 return None
-        return dict.fromkeys(where, 100.0)
+        # (the nodes the gang came to last: the ones it is filling; the older ones are
+        # usually full, and naming every node of a gang of thousands would cost each member
+        # a walk over them)
+        return dict.fromkeys(islice(reversed(where), RECENT), 100.0)
 
     def score(self, pod: Pod, node: NodeInfo) -> float:
         table = self.sparse(pod)
