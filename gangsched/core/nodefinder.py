@@ -241,6 +241,14 @@ class NodeFinder:
             if table:
                 for name, value in table.items():
                     bonus[name] = bonus.get(name, 0.0) + weight * value
+
+        def search(
+            candidates: Iterable[NodeInfo], filters: Sequence[FilterPlugin]
+        ) -> NodeInfo | None:
+            return self._search(
+                pod, candidates, filters, stateful, scorers, normalizing, bonus, verdicts, state
+            )
+
         if bonus and not pod.placement.node_name:
             # Where every node a sparse scorer names outscores every node it does not (its
             # least exceeds what all the other scorers together can give), the best feasible
@@ -250,29 +258,11 @@ class NodeFinder:
             ceiling = 100.0 * (sum(w for _, w in scorers) + sum(w for _, w in normalizing))
             if min(bonus.values()) > ceiling:
                 named = list(bonus) if within is None else [n for n in bonus if n in within]
-                best = self._search(
-                    pod,
-                    self._within(pod, named),
-                    self._dynamic,
-                    stateful,
-                    scorers,
-                    normalizing,
-                    bonus,
-                    verdicts,
-                    state,
-                )
+                best = search(self._within(pod, named), self._dynamic)
                 if best is not None:
                     return best
-        return self._search(
-            pod,
-            self._candidates(pod) if within is None else self._within(pod, within),
-            dynamic,
-            stateful,
-            scorers,
-            normalizing,
-            bonus,
-            verdicts,
-            state,
+        return search(
+            self._candidates(pod) if within is None else self._within(pod, within), dynamic
         )
 
     def _search(
