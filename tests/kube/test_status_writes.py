@@ -1182,6 +1182,8 @@ def test_a_pods_and_a_gangs_first_report_go_before_the_backlog() -> None:
     reporter.unschedulable(pod, "Unschedulable", "0/3 nodes are available: 3 Insufficient gpu.")
     conditions = [first for what, _, first in outbox.puts if what == "condition"]
     assert conditions == [True, False]
+    # the pod's first FailedScheduling Event too (none of its series written yet)
+    assert next(first for what, _, first in outbox.puts if what.startswith("event")) is True
     # dropped unsent (the outbox full): the same report is sent again, as a first report
     drop = outbox.drops[-1]
     assert drop is not None

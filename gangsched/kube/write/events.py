@@ -204,7 +204,20 @@ class EventRecorder:
         s.queued = True
         what = f"event {s.reason}"
         key = ("event", s.pod.uid, s.kind, s.reason, s.action)
-        self._outbox.put(what, lambda: self._write(s), key=key, urgent=s.urgent)
+
+        def dropped() -> None:  # (unsent: the next occurrence queues it again)
+            s.queued = False
+
+        # (the first Event of a series that was never written is a first report: it goes
+        # before the backlog of series updates and changed notes, as a pod's first condition)
+        self._outbox.put(
+            what,
+            lambda: self._write(s),
+            key=key,
+            urgent=s.urgent,
+            first=not s.name and s.written == -math.inf,
+            on_drop=dropped,
+        )
 
     def _sweep(self, now: float) -> None:
         self._swept = now
