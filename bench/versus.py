@@ -155,6 +155,8 @@ def _command(args: argparse.Namespace, schedulers: Sequence[str], w: Workload) -
         f"--reps {args.reps}",
         f"--qps {args.qps}",
     ]
+    if args.base_source is not None and "gangsched-base" in schedulers:
+        parts.append(f"--base-source {args.base_source}")
     parts.append(f"--timeout {args.timeout:g}" if w.fills else f"--window {args.window:g}")
     return " ".join(parts)
 
@@ -187,6 +189,8 @@ def _bench(args: argparse.Namespace) -> int:
         return 2
     command = _command(args, schedulers, workload)
     skipped, peer_dir, volcano_dir = _skipped(schedulers, workload, not args.no_build_peers)
+    if "gangsched-base" in schedulers and args.base_source is None:
+        skipped["gangsched-base"] = "no --base-source checkout given"
     records: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="versus-crd-") as tmp:
         crd, crd_source = _podgroup_crd(peer_dir, Path(tmp))
@@ -202,6 +206,8 @@ def _bench(args: argparse.Namespace) -> int:
             peer_dir=peer_dir,
             log_dir=args.log_dir,
             volcano_dir=volcano_dir,
+            py_spy_dir=args.py_spy,
+            base_source=args.base_source.resolve() if args.base_source else None,
         )
         for name, reason in skipped.items():
             _emit({"scheduler": name, "status": "skipped", "reason": reason}, args.json_out)
@@ -273,6 +279,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--binder-concurrency", type=int, default=64)
     p.add_argument("--json-out", type=Path)
     p.add_argument("--log-dir", type=Path, help="keep each scheduler's log here")
+    p.add_argument(
+        "--base-source",
+        type=Path,
+        metavar="DIR",
+        help="another checkout (e.g. a git worktree of an earlier commit) whose gangsched runs "
+        "as the scheduler gangsched-base",
+    )
+    p.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="profile gangsched's process with py-spy (raw, folded stacks) into DIR; its figures "
+        "are then not comparable",
+    )
     p.add_argument("--no-build-peers", action="store_true", help="skip unbuilt peers")
     return _bench(p.parse_args(argv))
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,13 +41,14 @@ __all__ = [
     "coscheduling_launch",
     "gangsched_launch",
     "kube_scheduler_launch",
+    "profiled",
     "tree_stats",
     "volcano_launch",
 ]
 
 # the schedulers run by default, and those that may be asked for by name
 SCHEDULERS: Final = ("gangsched", "kube-scheduler", "coscheduling", "binder")
-KNOWN: Final = (*SCHEDULERS, "volcano")
+KNOWN: Final = (*SCHEDULERS, "volcano", "gangsched-base")
 BINDER_NAME: Final = "versus-binder"
 REPO: Final = Path(__file__).resolve().parents[1]
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
@@ -60,6 +62,11 @@ class Launch:
     scheduler: str
     argv: list[str]
     scheduler_name: str
+    # what stops it: py-spy writes its profile on SIGINT only
+    stop_signal: int = signal.SIGTERM
+    # where it runs and what it is run with (another checkout's gangsched: its directory)
+    cwd: Path = REPO
+    env: dict[str, str] | None = None
 
 
 def _write_yaml(path: Path, doc: Any) -> Path:
@@ -67,8 +74,9 @@ def _write_yaml(path: Path, doc: Any) -> Path:
     return path
 
 
-def gangsched_launch(kubeconfig: Path, qps: int) -> Launch:
-    return Launch(
+def gangsched_launch(kubeconfig: Path, qps: int, source: Path | None = None) -> Launch:
+    """gangsched from this checkout, or (``source``: ``gangsched-base``) from another one."""
+    launch = Launch(
         "gangsched",
         [
             sys.executable,
@@ -86,6 +94,22 @@ def gangsched_launch(kubeconfig: Path, qps: int) -> Launch:
         ],
         "gangsched",
     )
+    if source is None:
+        return launch
+    return replace(
+        launch,
+        scheduler="gangsched-base",
+        cwd=source,
+        env={**os.environ, "PYTHONPATH": str(source)},
+    )
+
+
+def profiled(launch: Launch, out: Path) -> Launch:
+    """The same scheduler under ``py-spy record`` (raw folded stacks into ``out``)."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = [py_spy, "record", "--format", "raw", "--rate", "250", "-o", str(out), "--"]
+    return replace(launch, argv=[*argv, *launch.argv], stop_signal=signal.SIGINT)
 
 
 def _scheduler_config(base: dict[str, Any], kubeconfig: Path, qps: int) -> dict[str, Any]:
@@ -246,7 +270,8 @@ class SchedulerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=str(REPO),
+                cwd=str(self.launch.cwd),
+                env=self.launch.env,
             )
 
     @property
@@ -262,7 +287,7 @@ class SchedulerProcess:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        proc.terminate()
+        proc.send_signal(self.launch.stop_signal)
         try:
             proc.wait(_STOP_GRACE)
         except subprocess.TimeoutExpired:

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 __all__ = ["markdown"]
 
-PEERS: Final = ("kube-scheduler", "coscheduling", "binder")
+PEERS: Final = ("kube-scheduler", "coscheduling", "binder", "gangsched-base")
 Record = dict[str, Any]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -39,6 +40,7 @@ from versus_procs import (
     coscheduling_launch,
     gangsched_launch,
     kube_scheduler_launch,
+    profiled,
     volcano_launch,
 )
 from versus_workload import GANG_LABEL, NAMESPACE, NODE_PATH, POD_PATH, Workload
@@ -73,11 +75,22 @@ class RunConfig:
     peer_dir: Path | None
     log_dir: Path | None
     volcano_dir: Path | None = None
+    # gangsched-base: the checkout it runs from (another commit's gangsched)
+    base_source: Path | None = None
+    # py-spy record's raw profile of gangsched's process, one file per repetition, here
+    py_spy_dir: Path | None = None
 
 
 def _launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> Launch:
     if scheduler == "gangsched":
-        return gangsched_launch(cp.kubeconfig, cfg.qps)
+        launch = gangsched_launch(cp.kubeconfig, cfg.qps)
+        if cfg.py_spy_dir is not None:
+            launch = profiled(launch, cfg.py_spy_dir / f"gangsched-{time.strftime('%H%M%S')}.txt")
+        return launch
+    if scheduler == "gangsched-base":
+        if cfg.base_source is None:
+            raise ValueError("gangsched-base needs --base-source")
+        return gangsched_launch(cp.kubeconfig, cfg.qps, cfg.base_source)
     if scheduler == "kube-scheduler":
         return kube_scheduler_launch(cp.bin_dir, cp.kubeconfig, cfg.qps, workdir)
     if scheduler == "coscheduling":
@@ -299,6 +312,7 @@ async def _measure(cfg: RunConfig, cp: ControlPlane, launch: Launch, log: Path) 
                 return elapsed >= cfg.window
 
         t0 = time.monotonic()
+        print("T0", time.time(), file=sys.stderr)
         proc.start()
         try:
             first, last, bound, curve = await _poll(api, proc, t0, base, stop)

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import threading
 import time
 
 import structlog
 
 from gangsched.api.gpushare import GpuLabels
+from gangsched.boot import instance_name, scheduler_client
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube.dra import DraWatch
 from gangsched.kube.io.client import KubeClient, load_configuration, user_agent
 from gangsched.kube.io.health import HealthServer
+from gangsched.kube.io.kubeconfig import ClusterConfig
 from gangsched.kube.io.leader import LeaderElector
 from gangsched.kube.io.metrics import Metrics
 from gangsched.kube.io.outbox import Outbox
@@ -45,6 +45,9 @@ FLUSH_SECONDS = 10.0  # on shutdown, how long queued writes may take to be sent
 # Writes queued beyond this are dropped, oldest first (a few hundred bytes each): room for an
 # event per pod of a 50,000-pod burst and its conditions and status writes.
 OUTBOX_CAPACITY = 100_000
+# the longest the PodGroup controller's start waits, after the caches are in, for the scheduler
+# to be quiet (see App._run_controller)
+CONTROLLER_START_WAIT = 10.0
 
 
 class LostLeadershipError(RuntimeError):
@@ -176,24 +179,31 @@ class App:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 loop.call_soon_threadsafe(settle)
 
-        # Started once the scheduler's caches are in: its start-up (kopf's, a thread of its
-        # own on the same interpreter) would otherwise hold up the first list, and the
+        # Started once the scheduler's caches are in and the backlog found there is decided and
+        # bound (or CONTROLLER_START_WAIT after the caches, on a scheduler that is never idle):
+        # its start-up (importing kopf, about a CPU-second, on a thread of its own in the same
+        # interpreter) would otherwise hold up the first list and the first bindings, and the
         # Accepted condition it writes is not urgent.
         await self.service.ready.wait()
+        deadline = loop.time() + CONTROLLER_START_WAIT
+        while not self.service.quiet() and loop.time() < deadline:
+            await asyncio.sleep(0.1)
         self._status_thread = self.status.start_thread(self._status_stop, on_exit)
         error = await ended
         why = f": {type(error).__name__}: {error}" if error is not None else " unexpectedly"
         raise ControllerStoppedError(f"the PodGroup controller stopped{why}") from error
 
 
-async def build_app(settings: Settings) -> App:
-    cfg = await load_configuration(settings.kubeconfig, settings.context)
-    instance = f"{socket.gethostname()}-{os.getpid()}"
+async def build_app(
+    settings: Settings, *, cfg: ClusterConfig | None = None, client: KubeClient | None = None
+) -> App:
+    """The scheduler, wired. ``cfg`` and ``client``: those the start made already (boot.py)."""
+    if cfg is None:
+        cfg = await load_configuration(settings.kubeconfig, settings.context)
+    instance = instance_name()
     identity = settings.identity or instance
-    agent = user_agent(identity)
-    client = KubeClient(
-        cfg, settings.api_qps, settings.api_burst, settings.max_in_flight, agent=agent
-    )
+    if client is None:
+        client = scheduler_client(settings, cfg)
     elector = (
         LeaderElector(
             # A client of its own (as kube-scheduler has): renewals never wait behind bindings.
@@ -267,8 +277,10 @@ async def build_app(settings: Settings) -> App:
     return app
 
 
-async def run_scheduler(settings: Settings) -> None:
-    app = await build_app(settings)
+async def run_scheduler(
+    settings: Settings, *, cfg: ClusterConfig | None = None, client: KubeClient | None = None
+) -> None:
+    app = await build_app(settings, cfg=cfg, client=client)
     log.info("starting", scheduler_name=settings.scheduler_name, server=app.client.host)
     await app.run()
 

@@ -99,7 +99,7 @@ def _daemon(args: argparse.Namespace, prog: str, main: Callable[[Any], Awaitable
 
 
 def _run(args: argparse.Namespace) -> int:
-    from gangsched.app import run_scheduler
+    from gangsched.boot import run_scheduler
 
     return _daemon(args, "gangsched run", run_scheduler)
 

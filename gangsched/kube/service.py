@@ -43,6 +43,7 @@ from gangsched.kube.effects import Effects
 from gangsched.kube.gangspecs import GangSpecs
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON, FenceCheck
+from gangsched.kube.io.firstlists import NODE_PAGE, NODES_PATH, POD_PAGE, PODS_PATH
 from gangsched.kube.io.metrics import Metrics
 from gangsched.kube.io.reflector import Reflector
 from gangsched.kube.io.slicing import SLICE_SECONDS, in_slices
@@ -147,10 +148,8 @@ class SchedulerService:
         self.metrics.gpus.labels("allocated").set_function(lambda: self.core.gpu_usage()[1] / MILLI)
         self.last_turn = time.monotonic()
         self.reflectors = [
-            Reflector(client, "/api/v1/nodes", self._on_node, name="nodes"),
-            Reflector(
-                client, "/api/v1/pods", self._on_pod, name="pods", paged=True, page_size=1000
-            ),
+            Reflector(client, NODES_PATH, self._on_node, name="nodes", page_size=NODE_PAGE),
+            Reflector(client, PODS_PATH, self._on_pod, name="pods", paged=True, page_size=POD_PAGE),
             # Namespace labels: what inter-pod affinity terms' namespaceSelector matches.
             Reflector(client, "/api/v1/namespaces", self._on_namespace, name="namespaces"),
             *(
@@ -171,6 +170,8 @@ class SchedulerService:
             ),
         ]
         self.ready = asyncio.Event()
+        # the scheduling loop found nothing to decide at its last turn (see quiet())
+        self._idle = False
         self._relists_seen: dict[str, int] = {}
         self._status_resync = status_resync_seconds
         # gangsched PodGroups as last seen (generation and status): what a resync compares to
@@ -250,6 +251,7 @@ class SchedulerService:
                 decisions = core.schedule_one()
                 if decisions is None:
                     break
+                self._idle = False
                 t1 = time.perf_counter()
                 self._observe(decisions, t1 - t0)
                 self.stats.cycles += 1
@@ -261,6 +263,7 @@ class SchedulerService:
                     turn = time.perf_counter()
                     self.last_turn = time.monotonic()  # busy, not stalled
             self._gauges()
+            self._idle = True
             self.last_turn = time.monotonic()
             wake_at = core.next_wakeup()
             timeout = MAX_IDLE if wake_at is None else max(0.0, wake_at - core.clock.now())
@@ -282,6 +285,12 @@ class SchedulerService:
         finally:
             synced.cancel()
         synced.result()
+
+    def quiet(self) -> bool:
+        """Caches in, nothing left to decide at the loop's last turn and no binding under way:
+        a moment when work that can wait (the PodGroup controller's start) takes no CPU from
+        scheduling."""
+        return self.ready.is_set() and self._idle and not self.effects.binds
 
     def _sure(self) -> bool:
         return self._fence is None or self._fence()

@@ -20,6 +20,7 @@ from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import service as service_module
+from gangsched.kube.io.firstlists import first_pages
 from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.write.binder import Binder
@@ -196,6 +197,34 @@ async def test_scheduling_starts_only_after_every_first_list(rig: Rig) -> None:
     gate.set()
     await until("ready", rig.service.ready.is_set)
     await until("the gang bound", lambda: len(rig.bindings()) == 2)
+    assert sorted(rig.bindings()) == ["train-0", "train-1"]
+
+
+async def test_the_first_lists_are_the_ones_the_start_asks_for_early(rig: Rig) -> None:
+    """The start sends each first page before the scheduler is loaded (boot.py); the
+    reflectors take those answers only if they ask with the very same path and parameters."""
+    rig.kube.seed(NODES, node("n0"))
+    rig.start()
+    await until("ready", rig.service.ready.is_set)
+    lists = [(r.path, r.params) for r in rig.kube.sent("list")]
+    for path, params in first_pages():
+        assert (path, params) in lists, f"{path}: asked for with other parameters"
+
+
+async def test_quiet_once_the_backlog_is_decided_and_bound(rig: Rig) -> None:
+    """What the PodGroup controller's start waits for (app.py): not before the caches are in,
+    nor while a binding is under way."""
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODGROUPS, podgroup("train", 2))
+    kube.seed(PODS, *members("train", 2))
+    gate = kube.hold("create", "/binding$", times=2)
+    assert not rig.service.quiet()
+    rig.start()
+    await until("the bindings sent", lambda: len(kube.sent("create", "/binding$")) == 2)
+    assert not rig.service.quiet(), "bindings under way"
+    gate.set()
+    await until("quiet", rig.service.quiet)
     assert sorted(rig.bindings()) == ["train-0", "train-1"]
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client import Configuration
 
+from gangsched import app as app_module
 from gangsched.api.membership import Source, resolve_membership
 from gangsched.api.podgroup import podgroup_from
 from gangsched.app import App, ControllerStoppedError
@@ -1055,6 +1056,10 @@ class IdleService:
         self.metrics = Metrics()
         self.reporter = Reporter(FakeKube(), Outbox(), "test")
         self._sync = sync
+        self.busy = False  # deciding or binding a backlog
+
+    def quiet(self) -> bool:
+        return self.ready.is_set() and not self.busy
 
     async def run(self) -> None:
         self.running.set()
@@ -1104,11 +1109,13 @@ async def test_a_controller_that_stops_fails_healthz_and_ends_the_app() -> None:
     assert app._status_thread is not None and not app._status_thread.is_alive()
 
 
-async def test_the_controller_starts_once_the_scheduler_caches_are_in() -> None:
-    """kopf's start-up would compete with the first lists for the interpreter: the PodGroup
-    controller's thread starts only when the scheduler is ready."""
+async def test_the_controller_starts_once_the_caches_are_in_and_the_backlog_bound() -> None:
+    """kopf's start-up would compete with the first lists and the first bindings for the
+    interpreter: the PodGroup controller's thread starts only when the scheduler is ready and
+    quiet."""
     controller = BrokenController()
     service = IdleService(sync=False)
+    service.busy = True
     app = _app(controller, service)
     running = asyncio.create_task(app.run())
     try:
@@ -1117,7 +1124,27 @@ async def test_the_controller_starts_once_the_scheduler_caches_are_in() -> None:
             await asyncio.sleep(0)
         assert app._status_thread is None and not controller.started.is_set()
         service.ready.set()
+        await asyncio.sleep(0.3)
+        assert app._status_thread is None, "the backlog is still being bound"
+        service.busy = False
         assert await asyncio.to_thread(controller.started.wait, 10)
+    finally:
+        app.stop.set()
+        await asyncio.wait_for(running, 20)
+
+
+async def test_the_controller_starts_on_a_scheduler_that_is_never_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(app_module, "CONTROLLER_START_WAIT", 0.3)
+    controller = BrokenController()
+    service = IdleService()
+    service.busy = True
+    app = _app(controller, service)
+    running = asyncio.create_task(app.run())
+    try:
+        assert await asyncio.to_thread(controller.started.wait, 10)
+        assert service.busy
     finally:
         app.stop.set()
         await asyncio.wait_for(running, 20)

@@ -72,6 +72,8 @@ async def test_the_background_lane_is_the_requests_inside_background_lane() -> N
             self._bucket = Bucket(1, 1)
             self._in_flight = self._in_flight_background = asyncio.Semaphore(1)
             self._direct = None
+            self._prefetched = {}
+            self._share = kclient._Share(1)
 
         async def _raw(self, *args: Any, **kwargs: Any) -> Any:
             raise ApiError(0, "test")

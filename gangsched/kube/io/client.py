@@ -12,6 +12,7 @@ raised."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import platform
@@ -23,7 +24,6 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import msgspec
 
 from gangsched import __version__
@@ -32,6 +32,9 @@ from gangsched.kube.io.kubeconfig import ClusterConfig, from_kubernetes_asyncio
 from gangsched.kube.io.kubeconfig import load as load_kubeconfig
 
 if TYPE_CHECKING:
+    # aiohttp carries watches (and requests through a proxy): imported when first needed, so
+    # that the first lists can be under way before it is loaded (see gangsched/boot.py)
+    import aiohttp
     from kubernetes_asyncio.client import Configuration
 
 __all__ = [
@@ -49,6 +52,18 @@ FenceCheck = Callable[[], bool]
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
+
+
+# background requests in flight at most while a foreground one is (see _Share)
+BACKGROUND_WHILE_BUSY = 2
+# how long an answer asked for ahead of time waits to be taken (KubeClient.prefetch)
+PREFETCH_KEEP = 60.0
+
+_GetKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _get_key(path: str, params: Mapping[str, Any]) -> _GetKey:
+    return path, tuple(sorted((k, _param(v)) for k, v in params.items()))
 
 
 # what may stand unescaped in a request path (RFC 3986 pchar and "/")
@@ -132,6 +147,47 @@ def background_lane() -> Iterator[None]:
         yield
     finally:
         _background.reset(token)
+
+
+class _Share:
+    """How the two lanes share the API server's time: while a foreground request is in
+    flight, at most ``busy_limit`` background requests are. Informational writes then go one
+    or two at a time (client-go's event recorder writes one event at a time) instead of taking
+    a share of the server that a gang's bindings are waiting for; when nothing else is in
+    flight they have the background lane's every slot."""
+
+    def __init__(self, busy_limit: int) -> None:
+        self.foreground = 0
+        self.background = 0
+        self._limit = max(1, busy_limit)
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def enter_background(self) -> None:
+        while self.foreground and self.background >= self._limit:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self._wake(1)  # a wake-up this waiter may have been given goes to the next
+                raise
+        self.background += 1
+
+    def leave_background(self) -> None:
+        self.background -= 1
+        self._wake(1)
+
+    def leave_foreground(self) -> None:
+        self.foreground -= 1
+        if not self.foreground:
+            self._wake(len(self._waiters))
+
+    def _wake(self, n: int) -> None:
+        while n and self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                n -= 1
 
 
 class _TokenBucket:
@@ -246,6 +302,7 @@ class KubeClient:
             asyncio.Semaphore(background) if background else self._in_flight
         )
         self.background_slots = background or max_in_flight
+        self._share = _Share(BACKGROUND_WHILE_BUSY)
         self._pool = max_in_flight + 8
         self._ssl: ssl.SSLContext | bool = (
             _ssl_context(cfg) if self.host.startswith("https:") else False
@@ -268,8 +325,13 @@ class KubeClient:
         # a second session, with the fence's trace hook, for fenced writes only
         self._fenced_session: aiohttp.ClientSession | None = None
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        # GETs asked for ahead of time, each for the first get() with the same path and
+        # parameters to take (see prefetch)
+        self._prefetched: dict[_GetKey, asyncio.Task[JSON]] = {}
 
     def _new_session(self, trace: bool = False) -> aiohttp.ClientSession:
+        import aiohttp
+
         traces = []
         if trace:
             # Ask the fence once more right before the bytes leave, from inside aiohttp: the
@@ -298,6 +360,9 @@ class KubeClient:
         return self._session
 
     async def close(self) -> None:
+        for task in self._prefetched.values():
+            task.cancel()
+        self._prefetched.clear()
         if self._direct is not None:
             await self._direct.aclose()
         for session in (self._session, self._fenced_session):
@@ -309,6 +374,8 @@ class KubeClient:
         return await self._cfg.auth_header()
 
     def _timeout(self, timeout: float | aiohttp.ClientTimeout | None) -> aiohttp.ClientTimeout:
+        import aiohttp
+
         if isinstance(timeout, aiohttp.ClientTimeout):
             return timeout
         seconds = 30.0 if timeout is None else float(timeout)
@@ -328,6 +395,8 @@ class KubeClient:
         *,
         fenced: bool = False,
     ) -> aiohttp.ClientResponse:
+        import aiohttp
+
         headers = {"Accept": "application/json", "User-Agent": self._agent}
         auth = await self._authorization()
         if auth:
@@ -367,15 +436,26 @@ class KubeClient:
     ) -> JSON:
         background = _background.get()
         await self._bucket.take(background)
-        async with self._in_flight_background if background else self._in_flight:
-            if self._direct is not None:
-                status, reason, raw = await self._direct_exchange(
-                    method, path, params, body, content_type, timeout, fence
-                )
+        share = self._share
+        if background:
+            await share.enter_background()
+        else:
+            share.foreground += 1
+        try:
+            async with self._in_flight_background if background else self._in_flight:
+                if self._direct is not None:
+                    status, reason, raw = await self._direct_exchange(
+                        method, path, params, body, content_type, timeout, fence
+                    )
+                else:
+                    status, reason, raw = await self._aiohttp_exchange(
+                        method, path, params, body, content_type, timeout, fence
+                    )
+        finally:
+            if background:
+                share.leave_background()
             else:
-                status, reason, raw = await self._aiohttp_exchange(
-                    method, path, params, body, content_type, timeout, fence
-                )
+                share.leave_foreground()
         try:
             data = _decode(raw) if raw else {}
         except msgspec.DecodeError:
@@ -443,6 +523,8 @@ class KubeClient:
         fence: FenceCheck | None,
     ) -> tuple[int, str, bytes]:
         """One request through aiohttp (when a proxy is in the way)."""
+        import aiohttp
+
         if fence is None:
             resp = await self._raw(method, path, params, body, content_type, timeout)
         else:
@@ -479,7 +561,38 @@ class KubeClient:
             _guard.reset(token)
 
     async def get(self, path: str, **params: Any) -> JSON:
+        if self._prefetched:
+            ahead = self._prefetched.pop(_get_key(path, params), None)
+            if ahead is not None:
+                return await ahead
         return await self.request("GET", path, params=params)
+
+    async def warm(self, connections: int) -> int:
+        """Open up to ``connections`` connections ahead of the requests that will use them
+        (see Http1Pool.warm); how many were opened."""
+        if self._direct is None:
+            return 0
+        return await self._direct.warm(min(connections, self._pool))
+
+    def prefetch(self, path: str, keep: float = PREFETCH_KEEP, **params: Any) -> None:
+        """Send ``GET path?params`` now, for the first :meth:`get` with the same path and
+        parameters to take, answer or error, instead of asking again. The scheduler's start
+        asks for its first lists so, while the rest of it is still being loaded (see
+        gangsched/boot.py). An answer no one takes within ``keep`` seconds is dropped."""
+        key = _get_key(path, params)
+        if key in self._prefetched:
+            return
+        task = asyncio.ensure_future(self.request("GET", path, params=params))
+        # an error is the taker's to see; untaken, it is not worth a warning
+        task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
+        self._prefetched[key] = task
+
+        def drop() -> None:
+            if self._prefetched.get(key) is task:
+                del self._prefetched[key]
+                task.cancel()
+
+        asyncio.get_running_loop().call_later(keep, drop)
 
     async def post(self, path: str, body: object, *, fence: FenceCheck | None = None) -> JSON:
         return await self.request(
@@ -513,6 +626,8 @@ class KubeClient:
 
     async def watch(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[JSON]:
         """Stream watch events (one JSON object per line) until the server ends the watch."""
+        import aiohttp
+
         await self._bucket.take(_background.get())
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=None)
         resp = await self._raw("GET", path, {**params, "watch": "true"}, None, None, timeout)

@@ -224,6 +224,20 @@ class Http1Pool:
         self._open.add(conn)
         return conn
 
+    async def warm(self, count: int) -> int:
+        """Open connections until ``count`` are idle (a TLS handshake each, done before the
+        requests that will use them); how many were opened. A connection that fails is left
+        to the requests to report."""
+        missing = count - len(self._idle)
+        if missing <= 0 or self._closed:
+            return 0
+        made = await asyncio.gather(
+            *(self._connect() for _ in range(missing)), return_exceptions=True
+        )
+        opened = [c for c in made if isinstance(c, _Connection)]
+        self._idle.extend(c for c in opened if not c.closed)
+        return len(opened)
+
     async def request(
         self,
         head: bytes,

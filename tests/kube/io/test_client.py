@@ -178,6 +178,100 @@ async def test_background_writes_do_not_queue_behind_a_backlog_of_bindings(
     assert most == 3
 
 
+async def test_while_bindings_are_in_flight_informational_writes_go_two_at_a_time(
+    server: Server,
+) -> None:
+    """A foreground request in flight leaves the background lane BACKGROUND_WHILE_BUSY
+    requests at once; when it is done, the background has every slot of its own again."""
+    inside: dict[str, int] = {"/binding": 0, "/event": 0}
+    most: dict[str, int] = {"/binding": 0, "/event": 0}
+    release = {"/binding": asyncio.Event(), "/event": asyncio.Event()}
+
+    def slow(path: str) -> Handler:
+        async def handle(_: web.Request) -> web.Response:
+            inside[path] += 1
+            most[path] = max(most[path], inside[path])
+            await release[path].wait()
+            inside[path] -= 1
+            return web.json_response({})
+
+        return handle
+
+    server.routes = {p: slow(p) for p in inside}
+    client = _client(server.url, max_in_flight=32, qps=0)  # the background lane: 8 slots
+    try:
+        binding = asyncio.create_task(client.post("/binding", {}))
+        await asyncio.sleep(0.1)
+        with kclient.background_lane():
+            events = [asyncio.create_task(client.post("/event", {})) for _ in range(12)]
+        await asyncio.sleep(0.2)
+        assert inside["/event"] == kclient.BACKGROUND_WHILE_BUSY
+        release["/binding"].set()
+        await binding
+        await asyncio.sleep(0.2)
+        assert inside["/event"] == 8, "the binding is done: the lane's every slot"
+        release["/event"].set()
+        await asyncio.gather(*events)
+    finally:
+        await client.close()
+    assert most["/event"] == 8 and len(server.seen) == 13
+
+
+async def test_a_prefetched_get_is_sent_once_and_taken_by_the_same_get(server: Server) -> None:
+    server.routes = {
+        "/api/v1/pods": _answer(200, {"items": [{"metadata": {"name": "a"}}]}),
+        "/apis/x/v1/things": _answer(404, {"kind": "Status", "code": 404, "message": "gone"}),
+    }
+    client = _client(server.url)
+    try:
+        client.prefetch("/api/v1/pods", limit=1000)
+        client.prefetch("/apis/x/v1/things", limit=500)
+        await asyncio.sleep(0.1)
+        assert len(server.seen) == 2, "both sent at once"
+        # other parameters: a request of its own
+        assert await client.get("/api/v1/pods", limit=500) == {
+            "items": [{"metadata": {"name": "a"}}]
+        }
+        assert len(server.seen) == 3
+        assert await client.get("/api/v1/pods", limit=1000) == {
+            "items": [{"metadata": {"name": "a"}}]
+        }
+        with pytest.raises(ApiError) as gone:
+            await client.get("/apis/x/v1/things", limit=500)
+        assert gone.value.status == 404, "the early answer's error, as asking would have"
+        assert len(server.seen) == 3, "taken, not asked again"
+        await client.get("/api/v1/pods", limit=1000)
+        assert len(server.seen) == 4, "taken once: the next get asks"
+    finally:
+        await client.close()
+
+
+async def test_a_prefetched_answer_not_taken_in_time_is_dropped(server: Server) -> None:
+    server.routes = {"/api/v1/nodes": _answer(200, {"items": []})}
+    client = _client(server.url)
+    try:
+        client.prefetch("/api/v1/nodes", keep=0.05, limit=500)
+        await asyncio.sleep(0.2)
+        await client.get("/api/v1/nodes", limit=500)
+        assert len(server.seen) == 2
+    finally:
+        await client.close()
+
+
+async def test_warmed_connections_are_the_ones_requests_use(server: Server) -> None:
+    server.routes = {"/ok": _answer(200, {})}
+    client = _client(server.url)
+    try:
+        assert await client.warm(4) == 4
+        assert await client.warm(4) == 0, "already idle"
+        direct = client._direct
+        assert direct is not None and direct.connections_made == 4
+        await asyncio.gather(*(client.get("/ok") for _ in range(4)))
+        assert direct.connections_made == 4
+    finally:
+        await client.close()
+
+
 async def test_a_watch_stream_split_anywhere_is_read_line_by_line(server: Server) -> None:
     events = [{"type": "ADDED", "object": {"metadata": {"name": f"p{i}"}}} for i in range(3)]
     raw = b"".join(json.dumps(e).encode() + b"\n" for e in events) + b"\n"
