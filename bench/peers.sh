@@ -14,7 +14,7 @@
 # Output: ${GANGSCHED_PEERS_CACHE:-$HOME/.cache/gangsched/peers}/
 #   scheduler-plugins-<version>/  scheduler, scheduler-config.yaml, podgroups-crd.yaml
 #   volcano-<version>/            vc-scheduler, crds/*.yaml, scheduler.conf
-#   kai-<version>/                scheduler, binder, crds/*.yaml
+#   kai-<version>/                scheduler, binder, crds/*.yaml (with Kueue's Topology CRD)
 # The output directory is printed as the last line of stdout; progress goes to stderr.
 #
 # Environment:
@@ -48,7 +48,7 @@ case "$PEER" in
     ;;
   kai)
     OUT_DIR="$CACHE_ROOT/kai-$KAI_VERSION"
-    built() { [[ -x "$OUT_DIR/scheduler" && -x "$OUT_DIR/binder" && -d "$OUT_DIR/crds" ]]; }
+    built() { [[ -x "$OUT_DIR/scheduler" && -x "$OUT_DIR/binder" && -s "$OUT_DIR/crds/kueue.x-k8s.io_topologies.yaml" ]]; }
     ;;
   *) die "unknown peer $PEER (scheduler-plugins, volcano or kai)" ;;
 esac
@@ -146,6 +146,8 @@ build_kai() {
     -o "$stage/" ./cmd/scheduler ./cmd/binder) >&2 \
     || die "go build ./cmd/scheduler ./cmd/binder failed (github.com/NVIDIA/KAI-scheduler@$KAI_VERSION)"
   cp "$src"/deployments/kai-scheduler/crds/*.yaml "$stage/crds/"
+  # Kueue's Topology CRD: KAI's scheduler watches topologies.kueue.x-k8s.io.
+  cp "$src"/deployments/external-crds/*.yaml "$stage/crds/"
   publish "$stage"
 }
 

@@ -1,6 +1,7 @@
 """Side by side through a real API server: gangsched, kube-scheduler, scheduler-plugins'
 Coscheduling and a trivial binder (the API server's own binding rate), each on a fresh,
-identical cluster.
+identical cluster; Volcano and NVIDIA's KAI when asked for by name (``--schedulers
+gangsched,kai``).
 
     .venv/bin/python bench/versus.py --nodes 1000 --reps 3
     .venv/bin/python bench/versus.py --workload contention --schedulers gangsched,kube-scheduler
@@ -49,6 +50,7 @@ from gangsched_dev.devcluster import ControlPlaneError, find_binaries  # noqa: E
 PEERS_SCRIPT: Final = BENCH / "peers.sh"
 DEFAULT_VOLCANO_VERSION: Final = "v1.15.0"
 DEFAULT_SP_VERSION: Final = "v0.34.7"
+DEFAULT_KAI_VERSION: Final = "v0.20.1"
 # scheduler-plugins' PodGroup CRD when its build is not there: the stand-in the end-to-end
 # tests install (the fields every scheduler here reads are the same).
 FALLBACK_CRD: Final = REPO / "tests" / "e2e" / "fixtures" / "foreign-podgroup-crds.yaml"
@@ -105,6 +107,35 @@ def _volcano(build: bool) -> tuple[Path | None, str]:
     return Path(lines[-1]), ""
 
 
+def _kai_built(d: Path) -> bool:
+    return (
+        os.access(d / "scheduler", os.X_OK)
+        and os.access(d / "binder", os.X_OK)
+        and (d / "crds" / "kueue.x-k8s.io_topologies.yaml").is_file()
+    )
+
+
+def _kai(build: bool) -> tuple[Path | None, str]:
+    """KAI's build directory (bench/peers.sh kai), or None and why not."""
+    root = Path(os.environ.get("GANGSCHED_PEERS_CACHE") or Path.home() / ".cache/gangsched/peers")
+    version = os.environ.get("GANGSCHED_KAI_VERSION") or DEFAULT_KAI_VERSION
+    cached = root / f"kai-{version}"
+    if _kai_built(cached):
+        return cached, ""
+    if not build:
+        return None, f"{cached.name} is not built (run: bash bench/peers.sh kai)"
+    print(
+        "building KAI's scheduler and binder (bench/peers.sh kai)...", file=sys.stderr, flush=True
+    )
+    result = subprocess.run(
+        ["bash", str(PEERS_SCRIPT), "kai"], stdout=subprocess.PIPE, text=True, check=False
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines or not _kai_built(Path(lines[-1])):
+        return None, f"bench/peers.sh kai failed with exit code {result.returncode}"
+    return Path(lines[-1]), ""
+
+
 def _podgroup_crd(peer_dir: Path | None, tmp: Path) -> tuple[Path, str]:
     """scheduler-plugins' own PodGroup CRD, else the tests' stand-in (its first document)."""
     if peer_dir is not None:
@@ -117,10 +148,11 @@ def _podgroup_crd(peer_dir: Path | None, tmp: Path) -> tuple[Path, str]:
 
 def _skipped(
     schedulers: Sequence[str], workload: Workload, build_peers: bool
-) -> tuple[dict[str, str], Path | None, Path | None]:
+) -> tuple[dict[str, str], Path | None, Path | None, Path | None]:
     skipped: dict[str, str] = {}
     peer_dir: Path | None = None
     volcano_dir: Path | None = None
+    kai_dir: Path | None = None
     if "volcano" in schedulers:
         if workload.dra:
             skipped["volcano"] = "not run on DRA workloads here"
@@ -128,6 +160,13 @@ def _skipped(
             volcano_dir, why = _volcano(build_peers)
             if volcano_dir is None:
                 skipped["volcano"] = why
+    if "kai" in schedulers:
+        if workload.dra:
+            skipped["kai"] = "not run on DRA workloads here"
+        else:
+            kai_dir, why = _kai(build_peers)
+            if kai_dir is None:
+                skipped["kai"] = why
     if "kube-scheduler" in schedulers:
         try:
             if not os.access(find_binaries() / "kube-scheduler", os.X_OK):
@@ -140,9 +179,9 @@ def _skipped(
             skipped["coscheduling"] = why
     elif _peer_built(_peer_cache_dir()):
         peer_dir = _peer_cache_dir()
-    if "binder" in schedulers and workload.name != "fill":
-        skipped["binder"] = "the binder ignores gangs and claims: fill workload only"
-    return skipped, peer_dir, volcano_dir
+    if "binder" in schedulers and workload.name not in ("fill", "kai-fill-jobs"):
+        skipped["binder"] = "the binder ignores gangs, claims and topology: fill workloads only"
+    return skipped, peer_dir, volcano_dir, kai_dir
 
 
 def _command(args: argparse.Namespace, schedulers: Sequence[str], w: Workload) -> str:
@@ -162,10 +201,15 @@ def _command(args: argparse.Namespace, schedulers: Sequence[str], w: Workload) -
 
 
 def _header(w: Workload, args: argparse.Namespace) -> str:
+    pods = "one-GPU pods" if w.gpus_per_pod == 1 else f"{w.gpus_per_pod}-GPU pods"
+    gangs = f"{w.gangs} gang{'s' if w.gangs != 1 else ''} of {w.gang_size} {pods}"
+    if w.gangless:
+        gangs = f"single-pod jobs of {pods} without gangs (KAI: a PodGroup of one each)"
+    elif w.topology:
+        gangs += f" preferring one {w.topology_levels()[-1]} domain"
     text = (
-        f"{w.name}: {w.nodes} nodes x {w.gpus_per_node} GPUs, {w.gangs} gangs of {w.gang_size} "
-        f"one-GPU pods ({w.pods} pods, {w.pods / w.gpus:.0%} of the GPUs), client QPS/burst "
-        f"{args.qps}"
+        f"{w.name}: {w.nodes} nodes x {w.gpus_per_node} GPUs, {gangs} ({w.pods} pods, "
+        f"{w.pods * w.gpus_per_pod / w.gpus:.0%} of the GPUs), client QPS/burst {args.qps}"
     )
     return text + (f", window {args.window:g} s." if w.name == "contention" else ".")
 
@@ -188,7 +232,9 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"unknown scheduler(s) {unknown}; choose from {', '.join(KNOWN)}", file=sys.stderr)
         return 2
     command = _command(args, schedulers, workload)
-    skipped, peer_dir, volcano_dir = _skipped(schedulers, workload, not args.no_build_peers)
+    skipped, peer_dir, volcano_dir, kai_dir = _skipped(
+        schedulers, workload, not args.no_build_peers
+    )
     if "gangsched-base" in schedulers and args.base_source is None:
         skipped["gangsched-base"] = "no --base-source checkout given"
     records: list[dict[str, Any]] = []
@@ -206,6 +252,7 @@ def _bench(args: argparse.Namespace) -> int:
             peer_dir=peer_dir,
             log_dir=args.log_dir,
             volcano_dir=volcano_dir,
+            kai_dir=kai_dir,
             py_spy_dir=args.py_spy,
             base_source=args.base_source.resolve() if args.base_source else None,
         )
@@ -263,8 +310,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "on fresh identical clusters"
     )
     p.add_argument("--workload", choices=WORKLOADS, default="fill")
-    p.add_argument("--nodes", type=int, help="default: 100 (fill), 50 (contention)")
-    p.add_argument("--pods", type=int, help="default: 8 x nodes (fill), 140%% of GPUs (contention)")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        help="default: 100 (fill), 50 (contention), 500 (kai-fill-jobs), 512 (kai-big-job)",
+    )
+    p.add_argument(
+        "--pods",
+        type=int,
+        help="default: 8 x nodes (fill, kai-fill-jobs), 140%% of GPUs (contention), one per node "
+        "(kai-big-job)",
+    )
     p.add_argument(
         "--schedulers",
         default=",".join(SCHEDULERS),

@@ -12,7 +12,13 @@ The schedulers under test:
   pods and POSTs pods/binding for each, 8 per node, as fast as the API server takes them;
 - ``volcano`` (asked for by name only): Volcano's scheduler, built by bench/peers.sh volcano,
   with its release's default configuration (schedulerName ``volcano``), its own PodGroups
-  (``scheduling.volcano.sh``) in the queue ``default``.
+  (``scheduling.volcano.sh``) in the queue ``default``;
+- ``kai`` (asked for by name only): NVIDIA's KAI scheduler, built by bench/peers.sh kai: its
+  scheduler and its binder (KAI's scheduler writes BindRequests, the binder POSTs the
+  pods/binding), two processes whose CPU and memory are added up, with the configuration KAI's
+  operator gives a default SchedulingShard (schedulerName ``kai-scheduler``), its own PodGroups
+  (``scheduling.run.ai/v2alpha2``) in the leaf queue ``bench`` of the department
+  ``bench-department`` (no quota or limit).
 
 Every one gets the same client QPS and burst.
 """
@@ -34,12 +40,14 @@ import yaml
 __all__ = [
     "KNOWN",
     "SCHEDULERS",
+    "Companion",
     "Launch",
     "SchedulerProcess",
     "TreeStats",
     "binder_launch",
     "coscheduling_launch",
     "gangsched_launch",
+    "kai_launch",
     "kube_scheduler_launch",
     "profiled",
     "tree_stats",
@@ -48,11 +56,21 @@ __all__ = [
 
 # the schedulers run by default, and those that may be asked for by name
 SCHEDULERS: Final = ("gangsched", "kube-scheduler", "coscheduling", "binder")
-KNOWN: Final = (*SCHEDULERS, "volcano", "gangsched-base")
+KNOWN: Final = (*SCHEDULERS, "volcano", "kai", "gangsched-base")
 BINDER_NAME: Final = "versus-binder"
+KAI_NAME: Final = "kai-scheduler"
 REPO: Final = Path(__file__).resolve().parents[1]
 _CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 _STOP_GRACE: Final = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Companion:
+    """A process that a scheduler needs beside it (KAI's binder): started and stopped with it,
+    its output in the same log, its CPU and memory counted with the scheduler's."""
+
+    argv: list[str]
+    env: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +85,7 @@ class Launch:
     # where it runs and what it is run with (another checkout's gangsched: its directory)
     cwd: Path = REPO
     env: dict[str, str] | None = None
+    companions: tuple[Companion, ...] = ()
 
 
 def _write_yaml(path: Path, doc: Any) -> Path:
@@ -174,6 +193,75 @@ def volcano_launch(peer_dir: Path, kubeconfig: Path, qps: int) -> Launch:
     )
 
 
+def _kai_config() -> dict[str, Any]:
+    """The scheduler configuration KAI v0.20.1's operator writes for a default SchedulingShard
+    (placement strategy binpack, no kValue, no minRuntime, no usage database)."""
+    names = [
+        "predicates",
+        "proportion",
+        "priority",
+        "nodeavailability",
+        "resourcetype",
+        "podaffinity",
+        "elastic",
+        "kubeflow",
+        "ray",
+        "subgrouporder",
+        "taskorder",
+        "nominatednode",
+        "dynamicresources",
+        "minruntime",
+        "topology",
+        "snapshot",
+        "gpupack",
+    ]
+    plugins: list[dict[str, Any]] = [{"name": n} for n in names]
+    plugins.append({"name": "nodeplacement", "arguments": {"gpu": "binpack", "cpu": "binpack"}})
+    plugins.append({"name": "gpusharingorder"})
+    return {
+        "actions": "allocate, consolidation, reclaim, preempt, stalegangeviction",
+        "tiers": [{"plugins": plugins}],
+    }
+
+
+def kai_launch(peer_dir: Path, kubeconfig: Path, qps: int, workdir: Path) -> Launch:
+    """KAI's scheduler and binder as its operator runs them (the scheduler with GOGC=400 and its
+    default SchedulingShard's configuration), leader election off, the common QPS and burst,
+    their HTTP endpoints on loopback ports of their own (the scheduler's plugin server listens
+    on every interface: it has no address flag)."""
+    config = _write_yaml(workdir / "kai-scheduler.yaml", _kai_config())
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    binder = Companion(
+        [
+            str(peer_dir / "binder"),
+            f"--kubeconfig={kubeconfig}",
+            f"--scheduler-name={KAI_NAME}",
+            f"--qps={qps}",
+            f"--burst={qps}",
+            "--leader-elect=false",
+            "--health-probe-bind-address=127.0.0.1:18092",
+            "--metrics-bind-address=127.0.0.1:18093",
+        ],
+        env,
+    )
+    return Launch(
+        "kai",
+        [
+            str(peer_dir / "scheduler"),
+            f"--scheduler-conf={config}",
+            f"--scheduler-name={KAI_NAME}",
+            f"--qps={qps}",
+            f"--burst={qps}",
+            "--leader-elect=false",
+            "--listen-address=127.0.0.1:18090",
+            "--plugin-server-port=18091",
+        ],
+        KAI_NAME,
+        env={**env, "GOGC": "400"},
+        companions=(binder,),
+    )
+
+
 def binder_launch(kubeconfig: Path, qps: int, concurrency: int) -> Launch:
     return Launch(
         "binder",
@@ -256,43 +344,61 @@ def _parent_death_prefix() -> list[str]:
 
 
 class SchedulerProcess:
-    """One scheduler as a child process, its output in a log file."""
+    """One scheduler as a child process (with its companions, if any), its output in a log
+    file."""
 
     def __init__(self, launch: Launch, log: Path) -> None:
         self.launch = launch
         self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
+        self.companions: list[subprocess.Popen[bytes]] = []
 
-    def start(self) -> None:
+    def _spawn(self, argv: list[str], env: dict[str, str] | None) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [*_parent_death_prefix(), *self.launch.argv],
+            return subprocess.Popen(
+                [*_parent_death_prefix(), *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=str(self.launch.cwd),
-                env=self.launch.env,
+                env=env,
             )
+
+    def start(self) -> None:
+        self.companions = [self._spawn(c.argv, c.env) for c in self.launch.companions]
+        self.proc = self._spawn(self.launch.argv, self.launch.env)
 
     @property
     def exit_code(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
+        """The exit code of the scheduler, or of the first companion that exited."""
+        if self.proc is None:
+            return None
+        for proc in (self.proc, *self.companions):
+            if (code := proc.poll()) is not None:
+                return code
+        return None
 
     def stats(self) -> TreeStats | None:
-        if self.proc is None or self.proc.poll() is not None:
+        """CPU and peak memory of the scheduler and its companions together."""
+        if self.proc is None or self.exit_code is not None:
             return None
-        return tree_stats(self.proc.pid)
+        parts = [tree_stats(p.pid) for p in (self.proc, *self.companions)]
+        return TreeStats(
+            sum(p.cpu_seconds for p in parts),
+            sum(p.peak_rss_mb for p in parts),
+            sum(p.processes for p in parts),
+        )
 
     def stop(self) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(self.launch.stop_signal)
-        try:
-            proc.wait(_STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for proc in (self.proc, *self.companions):
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(self.launch.stop_signal)
+            try:
+                proc.wait(_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def tail(self, lines: int = 30) -> str:
         try:

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 __all__ = ["markdown"]
 
-PEERS: Final = ("kube-scheduler", "coscheduling", "binder", "gangsched-base")
+PEERS: Final = ("kube-scheduler", "coscheduling", "binder", "volcano", "kai", "gangsched-base")
 Record = dict[str, Any]
 
 
@@ -161,6 +161,17 @@ def _ratios(groups: dict[str, list[Record]]) -> list[str]:
     return lines
 
 
+def _topology(groups: dict[str, list[Record]]) -> list[str]:
+    """Per scheduler, the topology domains its bound pods span, run by run (kai-big-job)."""
+    lines = []
+    for name, group in groups.items():
+        runs = [r["topology_domains_used"] for r in group if r.get("topology_domains_used")]
+        if runs:
+            cells = [", ".join(f"{k.rsplit('-', 1)[-1]}s {n}" for k, n in u.items()) for u in runs]
+            lines.append(f"- {name}: the pods span " + "; ".join(cells))
+    return lines
+
+
 def markdown(
     records: Sequence[Record], skipped: dict[str, str], workload: str, header: str, command: str
 ) -> str:
@@ -172,14 +183,16 @@ def markdown(
     groups = _by_scheduler(ran)
     lines: list[str] = [header, ""]
     if groups:
-        lines += (_fill_table if workload.startswith("fill") else _contention_table)(groups)
+        lines += (_fill_table if workload != "contention" else _contention_table)(groups)
     for name, reason in skipped.items():
         lines.append(f"- {name}: skipped: {reason}")
     for r in ran:
         if r["status"] != "ok":
             lines.append(f"- {r['scheduler']} rep {r['rep']}: {r['status']}: {r['reason'][:300]}")
-    if workload.startswith("fill") and (ratios := _ratios(groups)):
+    if workload != "contention" and (ratios := _ratios(groups)):
         lines += ["", *ratios]
+    if topology := _topology(groups):
+        lines += ["", *topology]
     if requests := _requests_table(groups):
         scope = next((r["requests_scope"] for r in ran if "requests_scope" in r), "")
         lines += ["", *requests, "", f"Requests: {scope}."]

@@ -1,7 +1,7 @@
 """One run of the side-by-side benchmark: one scheduler on a fresh control plane.
 
 1. Start etcd + kube-apiserver + kwok; install gangsched's CRDs and scheduler-plugins'
-   PodGroup CRD.
+   PodGroup CRD (and Volcano's or KAI's CRDs for those).
 2. Create the namespace, the nodes (wait until kwok reports them Ready), the PodGroups and the
    pods, concurrently over HTTP.
 3. Start the scheduler and time from its start: the API server's count of successful
@@ -15,13 +15,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,13 +40,14 @@ from versus_procs import (
     binder_launch,
     coscheduling_launch,
     gangsched_launch,
+    kai_launch,
     kube_scheduler_launch,
     profiled,
     volcano_launch,
 )
-from versus_workload import GANG_LABEL, NAMESPACE, NODE_PATH, POD_PATH, Workload
+from versus_workload import GANG_LABEL, NAMESPACE, NODE_PATH, PEER_GANGS, POD_PATH, Workload
 
-from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster import ControlPlane, KubectlError
 
 __all__ = ["RunConfig", "run_one"]
 
@@ -53,8 +55,9 @@ POLL_S: Final = 0.2
 QUIET_S: Final = 2.0
 STOPPED_S: Final = 1.0
 CURVE_STEP_S: Final = 1.0
+KAI_CRD_WAITS: Final = 10
 WRITE_VERBS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
-SETTLE_RESOURCES: Final = frozenset({"events", "podgroups"})  # (Volcano's too)
+SETTLE_RESOURCES: Final = frozenset({"events", "podgroups"})  # (Volcano's and KAI's too)
 REQUESTS_SCOPE: Final = (
     "all clients, from the scheduler's start until 1 s after it stopped (apiserver_request_total "
     "has no client label, and counts a WATCH when it ends): kwok's writes (pods/status, "
@@ -75,6 +78,7 @@ class RunConfig:
     peer_dir: Path | None
     log_dir: Path | None
     volcano_dir: Path | None = None
+    kai_dir: Path | None = None
     # gangsched-base: the checkout it runs from (another commit's gangsched)
     base_source: Path | None = None
     # py-spy record's raw profile of gangsched's process, one file per repetition, here
@@ -82,6 +86,16 @@ class RunConfig:
 
 
 def _launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> Launch:
+    launch = _scheduler_launch(cfg, scheduler, cp, workdir)
+    levels = cfg.workload.topology_levels()
+    if levels and scheduler in ("gangsched", "gangsched-base"):
+        # gangsched's topologyLevels: what a preferred level falls back through
+        env = {**(launch.env or os.environ), "GANGSCHED_TOPOLOGY_LEVELS": ",".join(levels)}
+        launch = replace(launch, env=env)
+    return launch
+
+
+def _scheduler_launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> Launch:
     if scheduler == "gangsched":
         launch = gangsched_launch(cp.kubeconfig, cfg.qps)
         if cfg.py_spy_dir is not None:
@@ -103,6 +117,10 @@ def _launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> 
         if cfg.volcano_dir is None:
             raise ValueError("volcano needs the Volcano build (bench/peers.sh volcano)")
         return volcano_launch(cfg.volcano_dir, cp.kubeconfig, cfg.qps)
+    if scheduler == "kai":
+        if cfg.kai_dir is None:
+            raise ValueError("kai needs KAI's build (bench/peers.sh kai)")
+        return kai_launch(cfg.kai_dir, cp.kubeconfig, cfg.qps, workdir)
     raise ValueError(f"unknown scheduler {scheduler!r}")
 
 
@@ -128,6 +146,8 @@ def run_one(cfg: RunConfig, scheduler: str, rep: int) -> dict[str, Any]:
                 "crd/queues.scheduling.volcano.sh",
                 "--timeout=60s",
             )
+        if scheduler == "kai" and cfg.kai_dir is not None:
+            _install_kai_crds(cp, cfg.kai_dir)
         cp.start_kwok()
         launch = _launch(cfg, scheduler, cp, workdir)
         log = workdir / f"{scheduler}.log"
@@ -138,6 +158,28 @@ def run_one(cfg: RunConfig, scheduler: str, rep: int) -> dict[str, Any]:
                 cfg.log_dir.mkdir(parents=True, exist_ok=True)
                 shutil.copy(log, cfg.log_dir / f"{scheduler}-rep{rep}.log")
     return {"scheduler": scheduler, "rep": rep, **record}
+
+
+def _install_kai_crds(cp: ControlPlane, kai_dir: Path) -> None:
+    """KAI's CRDs, and Kueue's Topology CRD, which its scheduler watches (bench/peers.sh kai
+    copies it from KAI's deployments/external-crds). Server-side: the CRD of KAI's Config is
+    too large for the annotation a client-side apply writes."""
+    cp.kubectl("apply", "--server-side", "-f", str(kai_dir / "crds"))
+    crds = [
+        "crd/podgroups.scheduling.run.ai",
+        "crd/queues.scheduling.run.ai",
+        "crd/bindrequests.scheduling.run.ai",
+        "crd/topologies.kueue.x-k8s.io",
+    ]
+    for attempt in range(KAI_CRD_WAITS):
+        # kubectl wait fails outright while a new CRD has no status conditions yet
+        try:
+            cp.kubectl("wait", "--for=condition=Established", *crds, "--timeout=60s")
+            return
+        except KubectlError:
+            if attempt == KAI_CRD_WAITS - 1:
+                raise
+            time.sleep(0.5)
 
 
 async def _wait_nodes_ready(api: Api, count: int, timeout: float = 300.0) -> None:
@@ -158,7 +200,7 @@ async def _wait_nodes_ready(api: Api, count: int, timeout: float = 300.0) -> Non
         await asyncio.sleep(1.0)
 
 
-async def _create(cfg: RunConfig, api: Api, scheduler_name: str) -> float:
+async def _create(cfg: RunConfig, api: Api, launch: Launch) -> float:
     w = cfg.workload
     t = time.monotonic()
     await api.call(
@@ -170,19 +212,22 @@ async def _create(cfg: RunConfig, api: Api, scheduler_name: str) -> float:
     await api.create_all(w.node_objects(), cfg.create_concurrency)
     await _wait_nodes_ready(api, w.nodes)
     await api.create_all(w.dra_objects(), cfg.create_concurrency)
-    volcano = scheduler_name == "volcano"
-    if volcano:
+    peer = launch.scheduler if launch.scheduler in PEER_GANGS else ""
+    objects = w.podgroup_objects(peer)
+    if peer == "volcano":
         # The queue before its PodGroups, Open: the state Volcano's controller manager (not
         # run here: only its scheduler is under test) gives a new queue.
-        objects = w.podgroup_objects(volcano=True)
         path, queue = next(objects)
         _, created = await api.call("POST", path, queue, ok=(201,))
         created["status"] = {**(created.get("status") or {}), "state": "Open"}
         await api.call("PUT", f"{path}/{created['metadata']['name']}/status", created)
-        await api.create_all(objects, cfg.create_concurrency)
-    else:
-        await api.create_all(w.podgroup_objects(), cfg.create_concurrency)
-    await api.create_all(w.pod_objects(scheduler_name, volcano), cfg.create_concurrency)
+    elif peer == "kai":
+        # The department before its queue, the queue before its PodGroups.
+        for _ in range(2):
+            path, queue = next(objects)
+            await api.call("POST", path, queue, ok=(201,))
+    await api.create_all(objects, cfg.create_concurrency)
+    await api.create_all(w.pod_objects(launch.scheduler_name, peer), cfg.create_concurrency)
     return time.monotonic() - t
 
 
@@ -263,15 +308,15 @@ def _gangs(w: Workload, pods: list[dict[str, Any]]) -> dict[str, int]:
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName"):
             bound += 1
-            bound_per_gang[
-                ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL, "")
-            ] += 1
+            meta = pod.get("metadata") or {}
+            # a pod without a gang label is a gang of its own
+            bound_per_gang[(meta.get("labels") or {}).get(GANG_LABEL) or meta.get("name", "")] += 1
     partial = [n for n in bound_per_gang.values() if 0 < n < w.gang_size]
     return {
         "pods_bound_listed": bound,
         "gangs_whole": sum(1 for n in bound_per_gang.values() if n >= w.gang_size),
         "partial_gangs": len(partial),
-        "gpus_held_by_partial_gangs": sum(partial),  # one GPU per pod
+        "gpus_held_by_partial_gangs": sum(partial) * w.gpus_per_pod,
     }
 
 
@@ -298,7 +343,7 @@ async def _measure(cfg: RunConfig, cp: ControlPlane, launch: Launch, log: Path) 
     w = cfg.workload
     creds = Credentials(cp.server, cp.token, cp.ca_file.read_text())
     async with Api(creds, max(cfg.create_concurrency, 4)) as api:
-        create_s = await _create(cfg, api, launch.scheduler_name)
+        create_s = await _create(cfg, api, launch)
         before = await api.request_totals()
         base = binding_count(before)
         proc = SchedulerProcess(launch, log)
@@ -369,6 +414,10 @@ async def _measure(cfg: RunConfig, cp: ControlPlane, launch: Launch, log: Path) 
         "processes": stats.processes if stats else None,
         "settle_seconds": round(settle_s, 2),
         **_gangs(w, pods),
+        "topology_domains_used": w.domains_used(
+            [n for p in pods if (n := (p.get("spec") or {}).get("nodeName"))]
+        )
+        or None,
         **_scheduled_events(events, pods),
         "requests": requests,
         "request_errors": errors,
