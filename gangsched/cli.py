@@ -34,6 +34,8 @@ def _simulate(args: argparse.Namespace) -> int:
                 as_json=args.json,
                 until=args.until,
                 gang_topology=variants,
+                forecast=args.forecast,
+                declare_runtimes=args.declare_runtimes,
             )
         else:
             code, text, _ = simulate(
@@ -42,6 +44,8 @@ def _simulate(args: argparse.Namespace) -> int:
                 plot_path=args.plot,
                 show_all=args.all,
                 until=args.until,
+                forecast=args.forecast,
+                declare_runtimes=args.declare_runtimes,
             )
     except (WorkloadError, TraceError, ValueError) as e:
         print(f"gangsched simulate: {e}", file=sys.stderr)
@@ -100,6 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="V1,V2",
         help="run once per variant (none, required=LEVEL, preferred=LEVEL) with every gang's "
         "topologyPlacement replaced, side by side",
+    )
+    s.add_argument(
+        "--forecast",
+        action="store_true",
+        help="ask the core's start forecast at each job's first failure and report its error "
+        "against the actual start (docs/simulator.md, Start forecasts)",
+    )
+    s.add_argument(
+        "--declare-runtimes",
+        action="store_true",
+        help="every job declares its run time exactly (gangs: expectedRuntimeSeconds; plain "
+        "and trace pods: activeDeadlineSeconds)",
     )
     s.set_defaults(func=_simulate)
 

@@ -145,6 +145,14 @@ def _preemption_policy(v: object) -> str:
     return "PreemptLowerPriority" if v in (None, "PreemptLowerPriority") else "Never"
 
 
+def _active_deadline(v: object) -> float | None:
+    """``spec.activeDeadlineSeconds``: a positive integer (the API server refuses anything
+    else); what cannot be read is taken as not set (it only ever shortens a forecast)."""
+    if type(v) is int and v > 0:
+        return float(v)
+    return None
+
+
 def _pod_from(obj: Obj) -> PodRead:
     meta = as_map(obj.get("metadata"), "metadata")
     spec = as_map(obj.get("spec"), "spec")
@@ -172,6 +180,7 @@ def _pod_from(obj: Obj) -> PodRead:
         nominated_node=scalar_text(status.get("nominatedNodeName"), ""),
         disruption=_disruption(status),
         bound_at=_bound_at(status),
+        active_deadline_seconds=_active_deadline(spec.get("activeDeadlineSeconds")),
     )
     labels = str_map(meta.get("labels"), "metadata.labels")
     annotations = str_map(meta.get("annotations"), "metadata.annotations")

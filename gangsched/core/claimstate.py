@@ -143,6 +143,13 @@ class ClaimCatalog:
         set, counter, total)."""
         self._slice_changed(key, tuple(devices), counters)
 
+    def slices(self) -> list[tuple[str, tuple[Device, ...], tuple[CounterTotal, ...]]]:
+        """Every slice as last given: its key, devices and counter sets."""
+        return [
+            (key, devices, self._counter_slices.get(key, ()))
+            for key, devices in self._slices.items()
+        ]
+
     def remove_slice(self, key: str) -> None:
         self._slice_changed(key, None, ())
 

@@ -308,6 +308,9 @@ class Pod:
     disruption: str = ""
     # When the pod's PodScheduled condition turned True (its binding), 0 when unknown.
     bound_at: float = 0.0
+    # spec.activeDeadlineSeconds: the kubelet stops the pod this long after it started, so it
+    # runs no longer (the start forecast's upper bound on its end; None: not set).
+    active_deadline_seconds: float | None = None
     # The resource claims (Dynamic Resource Allocation) the pod uses, as namespace/name keys.
     resource_claims: tuple[str, ...] = ()
     # Why the pod cannot be placed yet for want of a claim that is still to be made from a

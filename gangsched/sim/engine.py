@@ -41,6 +41,7 @@ from gangsched.core.decisions import (
     Preempt,
     Victim,
 )
+from gangsched.core.forecast import forecast
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangMode, Node, Pod, PodPhase
 from gangsched.core.resourceclaims import Claim, DeviceClass, DeviceId
@@ -156,8 +157,12 @@ class Simulation:
         grace: float = 0.0,
         device_classes: Sequence[DeviceClass] = (),
         slices: Sequence[ResourceSlice] = (),
+        forecast: bool = False,
     ) -> None:
         self.clock = FakeClock(0.0)
+        # ask the core's start forecast at each job's first failure (SimJob.estimate)
+        self.forecast = forecast
+        self._to_forecast: dict[str, SimJob] = {}  # core gang key -> job, this step
         self.scheduler = Scheduler(config, self.clock)
         self.config = config
         self.nodes = {n.name: n for n in nodes}
@@ -271,6 +276,8 @@ class Simulation:
             decisions = self.scheduler.run_until_idle()
             if self._apply(decisions):
                 progressed = True
+            if self._to_forecast:
+                self._estimate()
             if progressed:
                 horizon = t + quiet
             if gpu.full_arrival is None and gpu.arrived_milli >= gpu.capacity_milli > 0:
@@ -374,6 +381,8 @@ class Simulation:
                     )
                     if job is not None:
                         job.reason, job.message = d.reason, d.message
+                        if self.forecast and job.estimate is None and job.first_started is None:
+                            self._to_forecast[d.gang] = job
                         gpu = self.gpu
                         if (
                             gpu.first_failure is None
@@ -390,6 +399,15 @@ class Simulation:
         for key in touched:
             self._check_gang(key)
         return bound_any
+
+    def _estimate(self) -> None:
+        """The core's start forecast for the jobs that failed for the first time this step."""
+        now = self.clock.now()
+        estimates = forecast(self.scheduler, list(self._to_forecast))
+        for key, job in self._to_forecast.items():
+            if job.first_started is None and key in estimates:
+                job.estimate, job.estimated_at = estimates[key], now
+        self._to_forecast.clear()
 
     def _bind(self, b: Binding) -> None:
         uid, node = b.pod.uid, b.node

@@ -17,6 +17,7 @@ from gangsched.api.dra import (
     resource_slice_from,
 )
 from gangsched.api.podgroup import podgroup_from
+from gangsched.core.forecast import Estimate
 from gangsched.core.gpu import GPU, MILLI
 from gangsched.core.model import (
     GangSpec,
@@ -67,6 +68,9 @@ class SimJob:
     failures: tuple[tuple[float, int], ...] = ()
     # pod uid -> the resource claims made for it from its templates (not allocated)
     claims: dict[str, list[Claim]] = field(default_factory=dict)
+    # the core's start forecast at the job's first failure, and when it was made
+    estimate: Estimate | None = None
+    estimated_at: float | None = None
 
     @property
     def waited(self) -> float:
@@ -247,6 +251,18 @@ def gang_spec(g: GangDef, where: str) -> GangSpec:
     if spec.invalid_reason:
         raise WorkloadError(f"{where} ({spec.key}): invalid PodGroup: {spec.invalid_reason}")
     return replace(spec, created=g.arrival)
+
+
+def declare_runtimes(jobs: list[SimJob]) -> None:
+    """Every job declares how long it runs, exactly (the workload's ``declareRuntimes``): a
+    gang's PodGroup its expectedRuntimeSeconds, where it sets none; a plain pod its
+    activeDeadlineSeconds."""
+    for job in jobs:
+        if job.spec is not None:
+            if job.spec.expected_runtime_seconds is None:
+                job.spec = replace(job.spec, expected_runtime_seconds=job.duration)
+        else:
+            job.pods = [replace(p, active_deadline_seconds=job.duration) for p in job.pods]
 
 
 def build_jobs(w: Workload, base: Path, capacity: int = 0) -> list[SimJob]:

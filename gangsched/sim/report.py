@@ -39,6 +39,35 @@ SIZE_CLASSES: tuple[tuple[str, int, float], ...] = (
 )
 
 
+def estimate_figures(r: SimResult) -> dict[str, Any]:
+    """The start forecasts made at the jobs' first failures (``forecast: true``) beside the
+    actual starts: how many were a time and how many unknown, and the error of the times,
+    |forecast - actual start| / (actual start - forecast made), over the jobs that started."""
+    made = [j for j in r.jobs if j.estimate is not None and j.estimated_at is not None]
+    if not made:
+        return {}
+    errors: list[float] = []
+    late = 0
+    for j in made:
+        at, since, start = j.estimate.at if j.estimate else None, j.estimated_at, j.first_started
+        if at is None or since is None:
+            continue
+        if start is None:
+            late += 1  # forecast a time, never started in the run
+        elif start > since:
+            errors.append(abs(at - start) / (start - since))
+    known = sum(1 for j in made if j.estimate is not None and j.estimate.at is not None)
+    return {
+        "estimates_made": len(made),
+        "estimates_known": known,
+        "estimates_unknown": len(made) - known,
+        "estimates_known_never_started": late,
+        "estimate_error_p50": round(_pct(errors, 0.5), 4) if errors else None,
+        "estimate_error_p90": round(_pct(errors, 0.9), 4) if errors else None,
+        "estimate_error_max": round(max(errors), 4) if errors else None,
+    }
+
+
 def summary(r: SimResult, workload: str) -> dict[str, Any]:
     gangs = [j for j in r.jobs if j.spec is not None]
     bound = [j for j in gangs if j.first_started is not None]
@@ -87,6 +116,7 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "pods_restarted": r.pods_restarted,
         "claims_allocated": r.claims_allocated,
         "permit_timeouts": r.timeouts,
+        **estimate_figures(r),
         "cross_node_affine_pairs": cross_node_affine_pairs(r),
         **topology_figures(r),
         "cycles": r.cycles,

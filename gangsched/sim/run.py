@@ -11,7 +11,13 @@ from pydantic import ValidationError
 from gangsched.core.config import CoreConfig
 from gangsched.settings import SIMULATED_SETTINGS, Settings
 from gangsched.sim.engine import SimResult, Simulation
-from gangsched.sim.jobs import build_devices, build_jobs, build_nodes, capacity_milli
+from gangsched.sim.jobs import (
+    build_devices,
+    build_jobs,
+    build_nodes,
+    capacity_milli,
+    declare_runtimes,
+)
 from gangsched.sim.report import format_summary, format_table, plot, summary
 from gangsched.sim.spread import format_spread, spread
 from gangsched.sim.workload import (
@@ -63,6 +69,8 @@ def _run(
     summary."""
     nodes = build_nodes(w, base)
     jobs = build_jobs(w, base, capacity_milli(nodes))
+    if w.declare_runtimes:
+        declare_runtimes(jobs)
     classes, slices = build_devices(w)
     sim = Simulation(
         nodes,
@@ -72,6 +80,7 @@ def _run(
         grace=w.termination_grace_period_seconds,
         device_classes=classes,
         slices=slices,
+        forecast=w.forecast,
     )
     result = sim.run()
     s = summary(result, w.name)
@@ -83,10 +92,27 @@ def _violated(s: dict[str, Any]) -> bool:
     return bool(s["partial_gangs"] or s["overcommitted_nodes"])
 
 
-def simulate(
-    path: str, *, as_json: bool, plot_path: str | None, show_all: bool, until: float | None
-) -> tuple[int, str, SimResult]:
+def _load(path: str, forecast: bool, declare_runtimes: bool) -> tuple[Workload, Path]:
+    """The workload, with the command line's ``--forecast`` and ``--declare-runtimes``."""
     w, base = load_workload(path)
+    update = {
+        "forecast": w.forecast or forecast,
+        "declare_runtimes": w.declare_runtimes or declare_runtimes,
+    }
+    return w.model_copy(update=update), base
+
+
+def simulate(
+    path: str,
+    *,
+    as_json: bool,
+    plot_path: str | None,
+    show_all: bool,
+    until: float | None,
+    forecast: bool = False,
+    declare_runtimes: bool = False,
+) -> tuple[int, str, SimResult]:
+    w, base = _load(path, forecast, declare_runtimes)
     result, s = _run(w, base, until)
     if plot_path:
         plot(result, plot_path, f"{w.name}: GPU allocation over time")
@@ -127,13 +153,15 @@ def simulate_many(
     as_json: bool,
     until: float | None,
     gang_topology: list[str] | None = None,
+    forecast: bool = False,
+    declare_runtimes: bool = False,
 ) -> tuple[int, str]:
     """Runs the workload once per seed (``tracePods.seed`` 1..``seeds``; the workload's own
     seed when None), per placement profile (``placementProfile`` in its settings; its own
     settings when None) and per gang topology variant (every gang's ``topologyPlacement``
     replaced; see gang_topology_variant), and reports each summary figure's mean and spread
     per profile and variant."""
-    w, base = load_workload(path)
+    w, base = _load(path, forecast, declare_runtimes)
     tp = w.trace_pods
     if seeds is not None and (tp is None or tp.replay != "sample"):
         raise WorkloadError(

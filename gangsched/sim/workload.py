@@ -380,6 +380,12 @@ class Workload(_Strict):
     termination_grace_period_seconds: float = Field(
         0.0, ge=0, le=86400, alias="terminationGracePeriodSeconds"
     )
+    # Every job declares how long it runs, exactly: a gang's expectedRuntimeSeconds (where it
+    # sets none), a plain or trace pod's activeDeadlineSeconds (its duration).
+    declare_runtimes: bool = Field(False, alias="declareRuntimes")
+    # At each job's first failure, the core's start forecast (core/forecast.py) is asked for
+    # and kept, to be set beside the actual start in the summary.
+    forecast: bool = False
 
     @model_validator(mode="after")
     def _unique(self) -> Workload:

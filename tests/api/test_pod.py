@@ -281,3 +281,18 @@ def test_a_pods_preemption_policy(policy: object, expected: str) -> None:
     pod, _ = pod_from(small_pod(spec))
     assert pod.preemption_policy == expected
     assert not pod.invalid_reason
+
+
+@pytest.mark.parametrize(
+    ("deadline", "expected"),
+    [(None, None), (3600, 3600.0), (0, None), (-5, None), ("60", None), (1.5, None), (True, None)],
+)
+def test_a_pods_active_deadline_is_read_as_the_forecast_bound(
+    deadline: object, expected: float | None
+) -> None:
+    """spec.activeDeadlineSeconds: a positive integer, as the API server allows; anything else
+    is taken as not set (it can only shorten a start forecast), and never refuses the pod."""
+    spec = {} if deadline is None else {"activeDeadlineSeconds": deadline}
+    pod, _ = pod_from(small_pod(spec))
+    assert pod.active_deadline_seconds == expected
+    assert not pod.invalid_reason

@@ -122,6 +122,31 @@ def test_a_short_job_that_ends_before_the_reservation_is_complete_backfills() ->
     assert [b.gang for b in binds(out)] == ["ml/short"]
 
 
+def test_the_gang_that_waited_longer_keeps_the_reservation_across_attempts() -> None:
+    """Two gangs of equal priority need the whole cluster. The older one, which failed last
+    (and so stands behind the other in the queue's order), keeps the reservation, and binds
+    first once the running gang ends."""
+    h = cluster()
+    h.gang("ml/a", 2)
+    h.add(*members("ml/a", 2, gpus=8, priority=0))
+    h.run()
+    h.gang("ml/first", 2)
+    h.add(*members("ml/first", 2, gpus=8, priority=0))
+    h.run()
+    h.advance(1)
+    h.gang("ml/second", 2, created=h.clock.now())
+    h.add(*members("ml/second", 2, gpus=8, priority=0))
+    h.run()
+    for _ in range(3):
+        wait(h)
+        r = h.s.reserve.current
+        assert r is not None and r.gang == "ml/first"
+    for p in members("ml/a", 2, gpus=8, priority=0):
+        h.finish(p.uid)
+    h.advance(2)
+    assert [b.gang for b in binds(h.run())] == ["ml/first"]
+
+
 def test_reservations_can_be_turned_off() -> None:
     h = cluster(after=None)
     fill_with_small(h, 4)

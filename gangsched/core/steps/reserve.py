@@ -22,6 +22,14 @@ from gangsched.core.steps.turn import Turn
 __all__ = ["Reservations"]
 
 
+def _rank(gang: Gang) -> tuple[int, float, str]:
+    """Who comes first for the reservation: higher priority, then the gang that has waited
+    longer (its first attempt; not the queue's order, which puts a gang that just failed behind
+    the others, so that the reservation would change hands at every attempt)."""
+    start = gang.schedule_start if gang.schedule_start is not None else gang.timestamp()
+    return (-gang.tally.max_priority(), start, gang.key)
+
+
 class Reservations:
     def __init__(
         self,
@@ -74,7 +82,7 @@ class Reservations:
                 holder is not None
                 and holder.spec is not None
                 and holder.tally.queued
-                and self._book.sort_key(holder) <= self._book.sort_key(gang)
+                and _rank(holder) <= _rank(gang)
             ):
                 return False  # the holder comes first
         return True

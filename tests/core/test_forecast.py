@@ -1,0 +1,120 @@
+"""The start forecast: the core run ahead on a twin through declared ends only. A known time
+when every blocker declared its end, "unknown" naming the blocker otherwise, the queue ahead
+counted, and the live core untouched."""
+
+from __future__ import annotations
+
+from gangsched.core.config import CoreConfig
+from gangsched.core.forecast import Estimate, forecast, span
+from tests.core.test_scheduler import T0, Harness, binds, gpu_node, members, pod
+
+
+def two_nodes() -> Harness:
+    return Harness(CoreConfig(backoff_max_seconds=1.0), gpu_node("n0", 8), gpu_node("n1", 8))
+
+
+def running(h: Harness, key: str, size: int, gpus: int, runtime: float | None) -> None:
+    """A gang of ``size`` pods of ``gpus`` GPUs, bound now; ``runtime``: its declared run."""
+    h.gang(key, size, expected_runtime_seconds=runtime)
+    h.add(*members(key, size, gpus=gpus))
+    assert [b.gang for b in binds(h.run())] == [key]
+
+
+def waiting(h: Harness, key: str, size: int, gpus: int, runtime: float | None = None) -> None:
+    h.gang(key, size, expected_runtime_seconds=runtime, created=h.clock.now())
+    h.add(*members(key, size, gpus=gpus))
+    assert not binds(h.run())
+
+
+def test_a_gang_starts_when_the_gang_it_waits_for_ends_as_declared() -> None:
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=7200.0)
+    h.advance(600)
+    waiting(h, "ml/b", 2, 8)
+    got = forecast(h.s)
+    assert got == {
+        "ml/b": Estimate(T0 + 7200.0, "after ml/a ends (declared run time 2h0m)", ("ml/a",))
+    }
+
+
+def test_a_blocker_without_a_declared_end_makes_the_start_unknown_and_is_named() -> None:
+    h = two_nodes()
+    running(h, "ml/a", 1, 8, runtime=600.0)
+    running(h, "ml/forever", 1, 8, runtime=None)
+    waiting(h, "ml/b", 2, 8)
+    got = forecast(h.s)["ml/b"]
+    assert got.at is None and not got.known
+    assert got.blockers == ("ml/forever",)
+    assert got.basis == "waits for ml/forever, which declared no end"
+
+
+def test_the_gangs_ahead_in_the_queue_go_first() -> None:
+    """Both waiting gangs need the whole cluster: the second starts when the first, which
+    starts when ml/a ends, ends in its turn."""
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=100.0)
+    waiting(h, "ml/first", 2, 8, runtime=50.0)
+    h.advance(1)
+    waiting(h, "ml/second", 2, 8, runtime=50.0)
+    got = forecast(h.s)
+    assert got["ml/first"].at == T0 + 100.0
+    assert got["ml/second"].at == T0 + 150.0
+    assert got["ml/second"].basis == "after ml/first ends (declared run time 50s)"
+
+
+def test_a_pods_active_deadline_is_an_upper_bound_on_its_end() -> None:
+    h = two_nodes()
+    h.add(pod("batch", gpus=8, active_deadline_seconds=900.0))
+    h.add(pod("batch2", gpus=8, active_deadline_seconds=300.0))
+    assert len(binds(h.run())) == 2
+    waiting(h, "ml/b", 1, 8)
+    got = forecast(h.s)["ml/b"]
+    assert got.at == T0 + 300.0
+    assert got.basis == "after default/batch2 ends (activeDeadlineSeconds 5m)"
+
+
+def test_an_end_declared_and_already_past_is_not_known() -> None:
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=60.0)
+    h.advance(120)  # ran past its declared end: when it ends is no longer known
+    waiting(h, "ml/b", 2, 8)
+    got = forecast(h.s)["ml/b"]
+    assert got.at is None and got.blockers == ("ml/a",)
+
+
+def test_a_gang_short_of_members_and_one_too_big_for_the_cluster() -> None:
+    h = two_nodes()
+    h.gang("ml/short", 3)
+    h.add(*members("ml/short", 2, gpus=1))
+    waiting(h, "ml/huge", 3, 8)
+    h.run()
+    got = forecast(h.s)
+    assert got["ml/short"] == Estimate(None, "2 of 3 members exist; waiting for more pods")
+    assert got["ml/huge"].at is None and got["ml/huge"].blockers == ()
+    assert got["ml/huge"].basis == "does not fit even once every running pod has ended"
+
+
+def test_the_live_core_is_left_as_it_was() -> None:
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=100.0)
+    waiting(h, "ml/b", 2, 8)
+    before = (dict(h.s.cache.pods), h.s.clock.now(), h.s.view("ml/b"))
+    forecast(h.s)
+    assert (dict(h.s.cache.pods), h.s.clock.now(), h.s.view("ml/b")) == before
+    h.advance(100)
+    for p in members("ml/a", 2, gpus=8):
+        h.finish(p.uid)
+    h.advance(2)
+    assert [b.gang for b in binds(h.run())] == ["ml/b"]
+
+
+def test_span() -> None:
+    assert [span(s) for s in (0, 40, 300, 330, 7200, 7500, 90000)] == [
+        "0s",
+        "40s",
+        "5m",
+        "5m30s",
+        "2h0m",
+        "2h5m",
+        "1d1h",
+    ]
