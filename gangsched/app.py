@@ -251,6 +251,7 @@ async def build_app(
         metrics,
         fence=fence,
         status_resync_seconds=settings.status_resync_seconds,
+        forecast_seconds=settings.start_forecast_seconds,
         gpu_labels=GpuLabels(settings.gpu_model_label, settings.gpu_memory_label),
         dra=dra,
         preemptor=Preemptor(

@@ -66,6 +66,9 @@ class GangRow:
     # The PodGroup's spec.minMember is not one the scheduler accepts (not an integer from 1
     # to MAX_MEMBERS): MIN shows "invalid", never a made-up 1 or a number too long to read.
     min_member_invalid: bool = False
+    # The scheduler's start forecast (status.expectedStart), "unknown" when it could give no
+    # time (status.expectedStartBasis says why), "" when it made none
+    expected: str = ""
 
 
 def _min_member(spec: Mapping[str, Any]) -> int:
@@ -217,6 +220,8 @@ def _settle(g: _Gathered, key: str, row: GangRow) -> None:
         cond = _condition(obj)
         reason, message = str(cond.get("reason") or ""), str(cond.get("message") or "")
         attempted = bool(status.get("scheduleStartTime")) or bool(status.get("waiting"))
+        at, basis = status.get("expectedStart"), status.get("expectedStartBasis")
+        row.expected = str(at) if at else ("unknown" if basis else "")
         if not message and (problem := g.specs[key].invalid_reason):
             # the scheduler's word before it has written it (as core/cycle.py says it)
             reason, message = "InvalidSpec", f"PodGroup {key} is invalid: {problem}"
@@ -248,7 +253,7 @@ def render(rows: Sequence[GangRow], wide: bool, all_namespaces: bool) -> str:
         header.insert(0, "NAMESPACE")
     if wide:
         header.insert(header.index("GANG") + 1, "SOURCE")
-    header.append("WHY")
+    header += ["EXPECTED-START", "WHY"]
     table = [header]
     for r in rows:
         nodes = ",".join(f"{n}({k})" for n, k in sorted(r.nodes.items())) or "-"
@@ -262,7 +267,7 @@ def render(rows: Sequence[GangRow], wide: bool, all_namespaces: bool) -> str:
             line.insert(0, r.namespace)
         if wide:
             line.insert(line.index(r.name) + 1, r.source)
-        line.append(why)
+        line += [r.expected or "-", why]
         table.append(line)
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     return "\n".join(

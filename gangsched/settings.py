@@ -241,6 +241,9 @@ class Settings(BaseModel):
     http_bind_address: str = Field("0.0.0.0:10261", pattern=r"^(|[^:]*:[0-9]{1,5})$")
     status_controller: bool = True
     status_resync_seconds: float = Field(60.0, ge=0, le=86400)
+    # Start forecasts of waiting gangs (status.expectedStart): made when the cluster changed,
+    # at most this often (0: none)
+    start_forecast_seconds: float = Field(30.0, ge=0, le=86400)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -476,7 +476,11 @@ def test_status_fields(status: Schema) -> None:
         "message",
         "conditions",
         "reservation",
+        "expectedStart",
+        "expectedStartBasis",
     }
+    assert (p["expectedStart"]["type"], p["expectedStart"]["format"]) == ("string", "date-time")
+    assert p["expectedStartBasis"]["type"] == "string"
     r = p["reservation"]
     assert r["type"] == "object" and set(r["properties"]) == {"nodes", "since", "reason"}
     assert r["properties"]["since"]["format"] == "date-time"
@@ -541,6 +545,8 @@ def test_printer_columns(version: Schema) -> None:
         ("Running", "integer", ".status.running", 0),
         ("Succeeded", "integer", ".status.succeeded", 0),
         ("Failed", "integer", ".status.failed", 0),
+        # a string, not a date: kubectl shows a date in the future as "<invalid>"
+        ("Expected-Start", "string", ".status.expectedStart", 1),
         ("Age", "date", ".metadata.creationTimestamp", 0),
         ("Message", "string", ".status.message", 1),
     ]

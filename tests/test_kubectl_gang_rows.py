@@ -209,3 +209,24 @@ def test_an_unreadable_scheduling_group_is_a_refused_pod() -> None:
     [row] = gang_rows([], [_pod("u-0", spec={"schedulingGroup": "g"})])
     assert (row.name, row.phase, row.source) == ("pod/u-0", "InvalidPod", "-")
     assert row.why == "spec.schedulingGroup: expected an object"
+
+
+def test_the_expected_start_column() -> None:
+    """status.expectedStart as written; "unknown" when only the basis is (the forecast gave no
+    time); "-" when the scheduler made none."""
+    pods = [_pod(f"{n}-0", labels={"gangsched.io/pod-group": n}) for n in ("a", "b", "c")]
+    pgs = [_pg(n, 1) for n in ("a", "b", "c")]
+    pgs[0]["status"] = {
+        "expectedStart": "2026-11-27T16:00:00Z",
+        "expectedStartBasis": "after ml/x ends (declared run time 2h0m)",
+    }
+    pgs[1]["status"] = {"expectedStartBasis": "waits for ml/y, which declared no end"}
+    rows = _rows(pgs, pods)
+    assert [rows[n].expected for n in ("a", "b", "c")] == ["2026-11-27T16:00:00Z", "unknown", ""]
+    lines = render(list(rows.values()), wide=False, all_namespaces=False).splitlines()
+    column = lines[0].split().index("EXPECTED-START")
+    assert [line.split()[column] for line in lines[1:]] == [
+        "2026-11-27T16:00:00Z",
+        "unknown",
+        "-",
+    ]

@@ -211,19 +211,15 @@ def forecast(
     max_steps: int = MAX_STEPS,
 ) -> dict[str, Estimate]:
     """The expected start of each gang in ``gangs`` (default: every gang with members waiting
-    to be placed), from the live core's state; see the module's docstring."""
+    to be placed), from the live core's state; see the module's docstring. A gang that has
+    fewer members than its minMember gets none: it waits for pods, and its status says so."""
     targets = [k for k in (gangs if gangs is not None else _waiting(core)) if k in core.gangs]
     out: dict[str, Estimate] = {}
     open_: list[str] = []
     for key in targets:
         view = core.view(key)
-        if view is None:
-            continue
-        if view.members < max(1, view.min_member):
-            out[key] = Estimate(
-                None, f"{view.members} of {view.min_member} members exist; waiting for more pods"
-            )
-        else:
+        # a gang short of members waits for pods, not for capacity: its status says so
+        if view is not None and view.members >= max(1, view.min_member):
             open_.append(key)
     if not open_:
         return out

@@ -36,6 +36,7 @@ backoff are a heap by sort key, fed at each cluster event with the gangs that fa
 
 from __future__ import annotations
 
+import bisect
 import enum
 import heapq
 from collections import deque
@@ -75,6 +76,8 @@ class SchedulingQueue:
         # heap by sort key. Both lazy.
         self._waiting: dict[str, tuple[int, bool]] = {}
         self._fresh: deque[tuple[float, SortKey, int, str]] = deque()
+        # gang -> when it failed, while it waits in ``_fresh`` (not yet eligible to jump)
+        self._failed_at: dict[str, float] = {}
         self._eligible: list[tuple[SortKey, int, str]] = []
         self._cluster_events = 0
         self._seq = 0
@@ -89,7 +92,8 @@ class SchedulingQueue:
         if gang in self._backoff_until or gang in self._parked:
             entry = self._waiting.get(gang)
             if entry is not None and old != key:
-                self._enter_waiting(gang, eligible=entry[1])  # re-filed under its new key
+                # re-filed under its new key
+                self._enter_waiting(gang, entry[1], self._failed_at.get(gang))
             return
         self._push(gang, key)
 
@@ -103,6 +107,7 @@ class SchedulingQueue:
             self._enter_waiting(gang, eligible=False)
         else:
             self._waiting.pop(gang, None)
+            self._failed_at.pop(gang, None)
 
     def backoff(self, gang: str, key: SortKey, until: float) -> None:
         """Retry unconditionally once ``until`` passes."""
@@ -117,6 +122,7 @@ class SchedulingQueue:
         self._end_backoff(gang)
         self._unpark(gang)
         self._waiting.pop(gang, None)
+        self._failed_at.pop(gang, None)
         self._keys.pop(gang, None)
 
     # ---- waking ------------------------------------------------------------------------
@@ -178,6 +184,7 @@ class SchedulingQueue:
             heapq.heappop(self._eligible)
             g = jump[2]
             del self._waiting[g]
+            self._failed_at.pop(g, None)
             self._end_backoff(g)
             self._unpark(g)
             return g
@@ -229,6 +236,7 @@ class SchedulingQueue:
     # ---- internals ---------------------------------------------------------------------
     def _push(self, gang: str, key: SortKey) -> None:
         self._waiting.pop(gang, None)
+        self._failed_at.pop(gang, None)
         self._seq += 1
         self._active[gang] = self._seq
         heapq.heappush(self._heap, (key, self._seq, gang))
@@ -297,15 +305,25 @@ class SchedulingQueue:
             heapq.heappop(heap)  # superseded
         return heap[0] if heap else None
 
-    def _enter_waiting(self, gang: str, eligible: bool) -> None:
-        """File a gang that is backing off or parked on cluster events under its sort key."""
+    def _enter_waiting(self, gang: str, eligible: bool, failed_at: float | None = None) -> None:
+        """File a gang that is backing off or parked on cluster events under its sort key;
+        ``failed_at``: when it failed, if before now (a gang filed again under a new key keeps
+        the time of its failure: a cluster event after that still lets it jump)."""
         self._seq += 1
         self._waiting[gang] = (self._seq, eligible)
         entry = (self._keys[gang], self._seq, gang)
         if eligible:
             heapq.heappush(self._eligible, entry)
+            self._failed_at.pop(gang, None)
         else:
-            self._fresh.append((self._clock.now(), *entry))
+            when = self._clock.now() if failed_at is None else failed_at
+            self._failed_at[gang] = when
+            if self._fresh and when < self._fresh[-1][0]:
+                # kept in time order: the cluster event takes them from the front
+                at = bisect.bisect_right(self._fresh, when, key=_first)
+                self._fresh.insert(at, (when, *entry))
+            else:
+                self._fresh.append((when, *entry))
         live = len(self._waiting)
         if len(self._fresh) > 64 and len(self._fresh) > 4 * live:
             self._fresh = deque(e for e in self._fresh if self._waiting.get(e[3]) == (e[2], False))
@@ -322,6 +340,7 @@ class SchedulingQueue:
             _, k, seq, g = fresh.popleft()
             if self._waiting.get(g) == (seq, False):
                 self._waiting[g] = (seq, True)
+                self._failed_at.pop(g, None)
                 heapq.heappush(self._eligible, (k, seq, g))
 
     def _eligible_top(self) -> tuple[SortKey, int, str] | None:
@@ -333,3 +352,7 @@ class SchedulingQueue:
     def _compact(self) -> None:
         self._heap = [e for e in self._heap if self._active.get(e[2]) == e[1]]
         heapq.heapify(self._heap)
+
+
+def _first(entry: tuple[float, SortKey, int, str]) -> float:
+    return entry[0]

@@ -34,6 +34,7 @@ from gangsched.api.workloadapi import VERSIONS, upstream_podgroup_from
 from gangsched.core.decisions import (
     Decision,
 )
+from gangsched.core.forecast import Estimate, forecast
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
 from gangsched.core.scheduler import Scheduler
@@ -104,6 +105,7 @@ class SchedulerService:
         *,
         yield_every: int = 16,
         status_resync_seconds: float = 60.0,
+        forecast_seconds: float = 0.0,
         fence: FenceCheck | None = None,
         slice_seconds: float = SLICE_SECONDS,
         preemptor: Preemptor | None = None,
@@ -174,6 +176,10 @@ class SchedulerService:
         self._idle = False
         self._relists_seen: dict[str, int] = {}
         self._status_resync = status_resync_seconds
+        # start forecasts (core/forecast.py): made when the core changed, at most this often
+        self._forecast_every = forecast_seconds
+        self.forecasts: dict[str, Estimate] = {}
+        self._forecast_inputs: tuple[int, ...] = ()
         # gangsched PodGroups as last seen (generation and status): what a resync compares to
         self._podgroups: dict[str, JSON] = {}
         # a pod condition write is sent only while the watch still sees the pod unbound
@@ -214,6 +220,8 @@ class SchedulerService:
             loop_task = asyncio.create_task(self._schedule_forever(), name="schedule")
             if self._status_resync > 0:
                 self.effects.spawn(self._resync_status_forever())
+            if self._forecast_every > 0:
+                self.effects.spawn(self._forecast_forever())
             done, _ = await asyncio.wait(
                 [loop_task, *watchers], return_when=asyncio.FIRST_COMPLETED
             )
@@ -574,6 +582,7 @@ class SchedulerService:
                 if view.reserved_nodes and view.reserved_since is not None
                 else None
             ),
+            expected=self._expected(key),
         )
 
     def _seen_podgroup(self, obj: JSON) -> None:
@@ -594,6 +603,42 @@ class SchedulerService:
         keys = list(self._specs.podgroups(Source.GANGSCHED))
         await self._sliced(keys, lambda key: self._report_group(key, force))
         await self._sliced(self.upstream.keys(), self._report_upstream)
+
+    async def _forecast_forever(self) -> None:
+        """Forecast every waiting gang's start (``forecasts``) when what the core holds changed,
+        at most every ``forecast_seconds``, and at most about 5% of the loop's time (a forecast
+        that took t seconds waits 20 t before the next); report the gangs whose forecast
+        changed."""
+        while True:
+            took = self.forecast_now()
+            await asyncio.sleep(max(self._forecast_every, 20 * took))
+
+    def forecast_now(self) -> float:
+        """One round of forecasts if the core changed since the last; the seconds it took."""
+        core = self.core
+        inputs = (core.cache.generation, len(core.cache.pods), core.cycles, len(core.gangs))
+        if inputs == self._forecast_inputs:
+            return 0.0
+        self._forecast_inputs = inputs
+        t0 = time.perf_counter()
+        fresh = forecast(core)
+        took = time.perf_counter() - t0
+        old, self.forecasts = self.forecasts, fresh
+        self.metrics.forecast_seconds.set(took)
+        known = sum(1 for e in fresh.values() if e.known)
+        self.metrics.forecasts.labels("known").set(known)
+        self.metrics.forecasts.labels("unknown").set(len(fresh) - known)
+        for key in old.keys() | fresh.keys():
+            if old.get(key) != fresh.get(key):
+                self._report_group(key)
+        return took
+
+    def _expected(self, key: str) -> tuple[str, str] | None:
+        """The gang's start forecast as its status says it: (time or '', basis)."""
+        e = self.forecasts.get(key)
+        if e is None:
+            return None
+        return (rfc3339(e.at) if e.at is not None else "", e.basis)
 
     async def _resync_status_forever(self) -> None:
         """Recompute every gangsched PodGroup's status every ``status_resync_seconds`` and

@@ -93,7 +93,14 @@ class SchedulerProcess:
         self.cp = cp
         self.log = log
         self.port = free_port()
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # Start forecasts off unless a test asks for them: they add to the Scheduled message
+        # of every waiting gang, which the tests compare whole (tests/e2e/test_forecast.py).
+        self.env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "GANGSCHED_START_FORECAST_SECONDS": "0",
+            **(env or {}),
+        }
         self.args = [
             sys.executable,
             "-m",

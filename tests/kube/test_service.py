@@ -252,6 +252,46 @@ async def test_a_gang_waits_for_its_members_then_binds_whole(rig: Rig) -> None:
     assert rig.status("train")["scheduled"] == 3
 
 
+# ---- start forecasts -------------------------------------------------------------------
+
+
+async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> None:
+    """ml/first runs (declared 1h); ml/next, which needs its node, is expected when it ends:
+    in expectedStart, expectedStartBasis and the Scheduled condition's message. Once it is
+    bound, the forecast is gone from its status."""
+    kube = rig.kube
+    kube.seed(NODES, node("n0", gpus=8))
+    first = podgroup("first", 1)
+    first["spec"]["expectedRuntimeSeconds"] = 3600
+    kube.seed(PODGROUPS, first, podgroup("next", 1))
+    kube.seed(PODS, *members("first", 1, gpus=8))
+    rig.start()
+    await until("first bound", lambda: rig.bindings() == ["first-0"])
+    await until("first running", lambda: rig.core.view("ml/first").bound == 1)  # type: ignore[union-attr]
+    kube.seed(PODS, *members("next", 1, gpus=8))
+    await until("next refused", lambda: rig.status("next").get("phase") == "Scheduling")
+    rig.service.forecast_now()
+    expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + 3600))
+    await until("the forecast written", lambda: "expectedStart" in rig.status("next"))
+    st = rig.status("next")
+    assert st["expectedStart"] == expected
+    assert st["expectedStartBasis"] == "after ml/first ends (declared run time 1h0m)"
+    cond = next(c for c in st["conditions"] if c["type"] == "Scheduled")
+    assert cond["message"].endswith(
+        f"; expected to start at {expected}, after ml/first ends (declared run time 1h0m)"
+    )
+    assert rig.service.metrics.forecasts.labels("known")._value.get() == 1
+    # nothing changed: no new round of forecasts
+    assert rig.service.forecast_now() == 0.0
+    kube.remove(f"{PODS}/first-0")
+    rig.clock.advance(60)  # past its backoff
+    rig.service.poke()
+    await until("next bound", lambda: "next-0" in rig.bindings())
+    rig.service.forecast_now()
+    await until("the forecast gone", lambda: "expectedStart" not in rig.status("next"))
+    assert "expectedStartBasis" not in rig.status("next")
+
+
 # ---- shutdown ----------------------------------------------------------------------------
 
 

@@ -101,6 +101,18 @@ class Metrics:
         self.leader = Gauge(
             "gangsched_leader", "1 while this replica holds the leader lease.", registry=r
         )
+        self.forecasts = Gauge(
+            "gangsched_start_forecasts",
+            "Waiting gangs by whether the last start forecast gave a time (known) or not "
+            "(unknown: a gang or pod it waits for declared no end).",
+            ["result"],
+            registry=r,
+        )
+        self.forecast_seconds = Gauge(
+            "gangsched_start_forecast_seconds",
+            "How long the last round of start forecasts took.",
+            registry=r,
+        )
         self.relists = Counter(
             "gangsched_watch_relists_total",
             "Full lists after a watch expired.",

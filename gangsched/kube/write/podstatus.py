@@ -90,10 +90,14 @@ def scheduler_status(
     last_failure: str,
     since: str,
     reservation: JSON | None = None,
+    expected: tuple[str, str] | None = None,
 ) -> JSON:
     """Every status field the scheduler owns, as it applies them: ``st`` (phase, counts and
     the ``Scheduled`` condition, whose ``lastTransitionTime`` is ``since``), the spec
-    ``generation`` it was computed from, and its own fields (a time that is '' is left out)."""
+    ``generation`` it was computed from, and its own fields (a time that is '' is left out).
+    ``expected``: the start forecast of a gang not yet scheduled, (time, basis), the time ''
+    when unknown: ``expectedStart`` and ``expectedStartBasis``, and the condition's message
+    says it too."""
     c = st.counts
     status: JSON = {
         "phase": st.phase,
@@ -111,12 +115,22 @@ def scheduler_status(
         status["lastFailureTime"] = last_failure
     if reservation:
         status["reservation"] = reservation
+    message = st.message
+    if expected is not None and not st.scheduled:
+        at, basis = expected
+        if at:
+            status["expectedStart"] = at
+            message = f"{message}; expected to start at {at}, {basis}"
+        else:
+            message = f"{message}; expected start unknown: {basis}"
+        status["expectedStartBasis"] = basis[:1024]
+        status["message"] = message[:1024]
     status["conditions"] = [
         {
             "type": "Scheduled",
             "status": "True" if st.scheduled else "False",
             "reason": st.reason,
-            "message": st.message[:4096],
+            "message": message[:4096],
             "observedGeneration": generation,
             "lastTransitionTime": since,
         }

@@ -178,6 +178,7 @@ class Reporter:
         seen: Mapping[str, Any] | None = None,
         force: bool = False,
         reservation: Mapping[str, Any] | None = None,
+        expected: tuple[str, str] | None = None,
     ) -> None:
         """Apply a gangsched PodGroup's status (every field the scheduler owns) when it
         changed since the last report; with ``force`` (a relist, the periodic resync) when
@@ -196,7 +197,7 @@ class Reporter:
             rfc3339(last_failure) if last_failure else str(current.get("lastFailureTime") or "")
         )
         held = dict(reservation) if reservation else None
-        signature = (status, generation, waiting, start_at, failed_at, repr(held))
+        signature = (status, generation, waiting, start_at, failed_at, repr(held), expected)
         last = self._group_status.get(key)
         if not force and last is not None and last.signature == signature:
             return
@@ -210,6 +211,7 @@ class Reporter:
             last_failure=failed_at,
             since=since,
             reservation=held,
+            expected=expected,
         )
         if force and seen is not None and says(current, want):
             self._group_status[key] = Reported(

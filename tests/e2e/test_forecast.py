@@ -1,0 +1,112 @@
+"""Start forecasts on a real API server: a gang that waits for a running gang whose PodGroup
+declares its run time says when it is expected to start (status.expectedStart, the basis, the
+Scheduled condition's message, the metric); one that waits for a gang that declared nothing
+says the start is unknown and names it; once bound, the forecast is gone from its status."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gangsched_dev.devcluster import ControlPlane
+
+from .conftest import SchedulerProcess
+from .kube import bound, create, get_pg, pod, podgroup, wait_for
+
+pytestmark = pytest.mark.e2e
+
+Nodes = Callable[..., dict[str, str]]
+
+
+@pytest.fixture
+def forecasting(
+    control_plane: ControlPlane, tmp_path: Path
+) -> Iterator[tuple[SchedulerProcess, str]]:
+    name = "gs-" + uuid.uuid4().hex[:6]
+    proc = SchedulerProcess(
+        control_plane,
+        tmp_path / "sched.log",
+        "--scheduler-name",
+        name,
+        env={"GANGSCHED_START_FORECAST_SECONDS": "1"},
+    ).start()
+    try:
+        yield proc, name
+    finally:
+        proc.stop()
+
+
+def _status(cp: ControlPlane, ns: str, name: str) -> dict[str, Any]:
+    return dict(get_pg(cp, ns, name).get("status") or {})
+
+
+def _scheduled_message(st: dict[str, Any]) -> str:
+    cond: dict[str, Any] = next(
+        (c for c in st.get("conditions") or [] if c.get("type") == "Scheduled"), {}
+    )
+    return str(cond.get("message") or "")
+
+
+def test_a_waiting_gang_says_when_it_is_expected_to_start(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    forecasting: tuple[SchedulerProcess, str],
+) -> None:
+    cp = control_plane
+    proc, sched = forecasting
+    sel = nodes(1, gpus=4)
+    create(cp, podgroup("first", ns, 1, expectedRuntimeSeconds=7200))
+    create(cp, pod("first-0", ns, group="first", gpus=4, selector=sel, scheduler=sched))
+    wait_for("first bound", lambda: "first-0" in bound(cp, ns), timeout=60)
+    bound_at = time.time()
+    create(cp, podgroup("next", ns, 1))
+    create(cp, pod("next-0", ns, group="next", gpus=4, selector=sel, scheduler=sched))
+    st = wait_for(
+        "the forecast on next's status",
+        lambda: (s := _status(cp, ns, "next")).get("expectedStart") and s,
+        timeout=60,
+    )
+    at = datetime.fromisoformat(str(st["expectedStart"]).replace("Z", "+00:00")).timestamp()
+    # declared: two hours from the binding of first (the scheduler saw it bound just before)
+    assert abs(at - (bound_at + 7200)) < 30, (st["expectedStart"], bound_at)
+    assert st["expectedStartBasis"] == f"after {ns}/first ends (declared run time 2h0m)"
+    assert f"; expected to start at {st['expectedStart']}, after {ns}/first" in (
+        _scheduled_message(st)
+    )
+    assert 'gangsched_start_forecasts{result="known"} 1.0' in proc.metrics()
+
+    # a gang waiting for a gang that declared no end: unknown, and named
+    create(cp, podgroup("forever", ns, 1))
+    other = nodes(1, gpus=4)  # a second node of the same selector
+    create(cp, pod("forever-0", ns, group="forever", gpus=4, selector=other, scheduler=sched))
+    wait_for("forever bound", lambda: "forever-0" in bound(cp, ns), timeout=60)
+    create(cp, podgroup("after", ns, 1))
+    create(cp, pod("after-0", ns, group="after", gpus=4, selector=other, scheduler=sched))
+    st = wait_for(
+        "the unknown forecast on after's status",
+        lambda: (s := _status(cp, ns, "after")).get("expectedStartBasis") and s,
+        timeout=60,
+    )
+    assert "expectedStart" not in st
+    # both nodes end up held by gangs that declared no end: forever, and next (ahead of after
+    # in the queue, it takes first's node when first ends)
+    basis = st["expectedStartBasis"]
+    assert basis in {f"waits for {ns}/{g}, which declared no end" for g in ("next", "forever")}
+    assert _scheduled_message(st).endswith(f"; expected start unknown: {basis}")
+
+    # after goes, then first: next binds, and its status no longer carries a forecast
+    cp.kubectl("delete", "pod", "after-0", "-n", ns, "--grace-period=0", "--force")
+    cp.kubectl("delete", "pod", "first-0", "-n", ns, "--grace-period=0", "--force")
+    wait_for("next bound", lambda: "next-0" in bound(cp, ns), timeout=60)
+    wait_for(
+        "the forecast gone from next's status",
+        lambda: "expectedStartBasis" not in _status(cp, ns, "next"),
+        timeout=60,
+    )
