@@ -17,27 +17,38 @@ and what it waits for is named. The twin then lets every running pod without a d
 Never a guess: an unknown blocker makes the start unknown.
 
 The forecast costs a twin built from every pod (about what the scheduler's own first list
-costs it) and a placement attempt per waiting gang at each declared end: the adapter asks for
-it when the inputs changed, no more often than its settings allow.
+costs it) and placement attempts for the waiting gangs as declared ends free capacity: the
+ends are taken in batches (those within 1% further ahead together), and the twin schedules
+only when what they freed, summed over the nodes, could hold some waiting gang's whole ask.
+The adapter asks for it when the inputs changed, no more often than its settings allow, and
+runs it in slices (:class:`Forecast`) within a budget of work.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from gangsched.core.clock import FakeClock
+from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, Decision, Evict, Preempt
-from gangsched.core.model import Pod, PodPhase
+from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod, PodPhase
+from gangsched.core.resourceclaims import Claim as ResourceClaim
+from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass
+from gangsched.core.resources import ResourceList, add_into
 from gangsched.core.scheduler import Scheduler
+from gangsched.core.volumes import Claim as VolumeClaim
+from gangsched.core.volumes import CSINode, PersistentVolume, StorageClass
 
-__all__ = ["Estimate", "forecast", "span"]
+__all__ = ["Estimate", "Forecast", "forecast", "span"]
 
 # how far ahead the twin runs at most (a declared end further away is past any use)
 HORIZON_SECONDS = 30 * 24 * 3600.0
-# how many times the twin's clock moves at most (declared ends and the core's own wake-ups)
+# how many times the twin schedules at most (at declared ends, and at its own wake-ups)
 MAX_STEPS = 5_000
+# declared ends this much later, relative to how far ahead they are, are taken together
+BATCH = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,18 +89,65 @@ class _End:
     why: str
 
 
+@dataclass(slots=True)
+class _Snapshot:
+    """What the live core holds, taken at once (references; the objects are not changed):
+    the twin is built from it later, in slices, while the live core goes on."""
+
+    now: float
+    config: CoreConfig
+    nodes: list[Node]
+    namespaces: list[tuple[str, Mapping[str, str]]]
+    budgets: list[DisruptionBudget]
+    storage: tuple[list[StorageClass], list[CSINode], list[PersistentVolume], list[VolumeClaim]]
+    slices: list[tuple[str, tuple[Device, ...], tuple[CounterTotal, ...]]]
+    device_classes: list[DeviceClass]
+    refused_classes: list[tuple[str, str]]
+    resource_claims: list[ResourceClaim]
+    refused_claims: list[tuple[str, str]]
+    specs: list[GangSpec]
+    pods: list[Pod]
+    starts: list[tuple[str, float]]  # gang key -> its first attempt
+    seen_bound: dict[str, float]  # pod uid -> when the live scheduler saw it bound
+
+    @classmethod
+    def of(cls, live: Scheduler) -> _Snapshot:
+        cache, volumes, devices = live.cache, live.cache.volumes, live.cache.resource_claims
+        return cls(
+            now=live.clock.now(),
+            config=live.config,
+            nodes=[i.node for i in cache.nodes.values() if i.node is not None],
+            namespaces=list(cache.namespaces.items()),
+            budgets=list(live.budgets.values()),
+            storage=(
+                list(volumes.classes.values()),
+                list(volumes.csi_nodes.values()),
+                list(volumes.volumes.values()),
+                list(volumes.claims.values()),
+            ),
+            slices=devices.slices(),
+            device_classes=list(devices.classes.values()),
+            refused_classes=list(devices.refused_classes.items()),
+            resource_claims=list(devices.claims.values()),
+            refused_claims=list(devices.refused_claims.items()),
+            specs=list(live.specs.values()),
+            pods=list(cache.pods.values()),
+            starts=[(k, g.schedule_start) for k, g in live.gangs.items() if g.schedule_start],
+            seen_bound=dict(live.started),
+        )
+
+
 class _Twin:
     """The twin and its clock, and what it has seen happen."""
 
-    def __init__(self, core: Scheduler) -> None:
-        self.now = core.clock.now()
+    def __init__(self, snap: _Snapshot) -> None:
+        self.now = snap.now
         self.clock = FakeClock(self.now)
         # No backoff in the twin: at each end, the waiting gangs are tried in queue order (the
         # live scheduler's retries are at most backoffMaxSeconds apart)
-        config = replace(core.config, backoff_initial_seconds=0.0, backoff_max_seconds=0.0)
+        config = replace(snap.config, backoff_initial_seconds=0.0, backoff_max_seconds=0.0)
         self.core = Scheduler(config, self.clock)
-        self._live = core
-        self._copy(core)
+        self._snap = snap
         self._seq = 0
         self.ends: list[tuple[float, int, str]] = []  # (when, order, pod uid)
         self.declared: dict[str, _End] = {}  # pod uid -> its declared end
@@ -98,42 +156,44 @@ class _Twin:
         # node -> (when, unit, why) of the declared ends seen there, in time order
         self.freed: dict[str, list[tuple[float, str, str]]] = {}
 
-    def _copy(self, live: Scheduler) -> None:
-        twin, cache = self.core, live.cache
-        for info in cache.nodes.values():
-            if info.node is not None:
-                twin.node_upsert(info.node)
-        for name, labels in cache.namespaces.items():
+    def build(self, chunk: int = 2_000) -> Iterator[None]:
+        """Give the twin everything in the snapshot; yields every ``chunk`` pods."""
+        twin, snap = self.core, self._snap
+        for node in snap.nodes:
+            twin.node_upsert(node)
+        for name, labels in snap.namespaces:
             twin.namespace_upsert(name, labels)
-        for budget in live.budgets.values():
+        for budget in snap.budgets:
             twin.budget_upsert(budget)
-        storage = cache.volumes
-        for sc in storage.classes.values():
+        classes, csi_nodes, volumes, claims = snap.storage
+        for sc in classes:
             twin.storage_class_upsert(sc)
-        for csi in storage.csi_nodes.values():
+        for csi in csi_nodes:
             twin.csinode_upsert(csi)
-        for pv in storage.volumes.values():
+        for pv in volumes:
             twin.volume_upsert(pv)
-        for claim in storage.claims.values():
+        for claim in claims:
             twin.claim_upsert(claim)
-        devices = cache.resource_claims
-        for key, slice_devices, counters in devices.slices():
+        for key, slice_devices, counters in snap.slices:
             twin.resource_slice_upsert(key, slice_devices, counters)
-        for dc in devices.classes.values():
+        for dc in snap.device_classes:
             twin.device_class_upsert(dc)
-        for name, why in devices.refused_classes.items():
+        for name, why in snap.refused_classes:
             twin.device_class_refused(name, why)
-        for rc in devices.claims.values():
+        for rc in snap.resource_claims:
             twin.resource_claim_upsert(rc)
-        for key, why in devices.refused_claims.items():
+        for key, why in snap.refused_claims:
             twin.resource_claim_refused(key, why)
-        for spec in live.specs.values():
+        for spec in snap.specs:
             twin.gang_upsert(spec)
-        for pod in cache.pods.values():
-            twin.pod_upsert(pod)
-        for key, gang in live.gangs.items():
-            if gang.schedule_start is not None and key in twin.gangs:
-                twin.restore_schedule_start(key, gang.schedule_start)
+        yield
+        for i, pod in enumerate(snap.pods, 1):
+            twin.pod_upsert(replace(pod))  # a copy: the live core's object stays its own
+            if i % chunk == 0:
+                yield
+        for key, start in snap.starts:
+            if key in twin.gangs:
+                twin.restore_schedule_start(key, start)
 
     # ---- what is declared ---------------------------------------------------------------
     def declared_end(self, pod: Pod, bound: float) -> _End | None:
@@ -159,7 +219,7 @@ class _Twin:
     def expect_running(self) -> None:
         for pod in list(self.core.cache.pods.values()):
             if _holds(pod):
-                started = self._live.started.get(pod.uid) or pod.bound_at or pod.created
+                started = self._snap.seen_bound.get(pod.uid) or pod.bound_at or pod.created
                 self.expect(pod, started)
 
     # ---- running ahead ----------------------------------------------------------------------
@@ -191,16 +251,133 @@ class _Twin:
     def settle(self) -> None:
         self.apply(self.core.run_until_idle())
 
-    def end(self, uid: str) -> None:
+    def free_total(self) -> ResourceList:
+        """What the nodes have free, summed over them (what the waiting gangs may use)."""
+        free: ResourceList = {}
+        for info in self.core.cache.nodes.values():
+            node = info.node
+            if node is None:
+                continue
+            for res, amount in node.allocatable.items():
+                left = amount - info.requested.get(res, 0)
+                if left > 0:
+                    free[res] = free.get(res, 0) + left
+        return free
+
+    def could_fit(self, free: ResourceList) -> bool:
+        """Whether some waiting gang asks, in all, for no more of any resource than ``free``:
+        otherwise no gang can start, wherever the capacity is, and the twin need not try."""
+        for key in self.core.gangs:
+            if key in self.started:
+                continue
+            h = self.core.holdings(key)
+            if h is None or not h.pending:
+                continue
+            ask: ResourceList = {}
+            for p in h.pending:
+                add_into(ask, p.requests)
+            if all(free.get(r, 0) >= n for r, n in ask.items() if r != "pods"):
+                return True
+        return False
+
+    def end(self, uid: str) -> ResourceList | None:
+        """The pod ends (Succeeded); what it asked for, now free (None: it held nothing)."""
         pod = self.core.pod(uid)
         if pod is None or not _holds(pod):
-            return
+            return None
         end = self.declared.get(uid)
         unit = pod.group or pod.key
         self.freed.setdefault(pod.node_name, []).append(
             (self.clock.now(), unit, end.why if end is not None else "")
         )
         self.core.pod_upsert(replace(pod, phase=PodPhase.SUCCEEDED))
+        return pod.requests
+
+
+class Forecast:
+    """One round of forecasts. Made from the live core at once (a snapshot of references);
+    :meth:`steps` then builds the twin and runs it ahead, yielding between slices of work so
+    that an adapter can give its event loop a turn (the twin is the forecast's own; the live
+    core may change meanwhile). ``result`` holds the estimates once the steps are done.
+    ``budget``: CPU seconds of the clock ``timer`` the steps may take; the gangs not started
+    by then are unknown ("not forecast within ...")."""
+
+    def __init__(
+        self,
+        core: Scheduler,
+        gangs: Iterable[str] | None = None,
+        *,
+        horizon: float = HORIZON_SECONDS,
+        max_steps: int = MAX_STEPS,
+        budget: float | None = None,
+        timer: Callable[[], float] | None = None,
+    ) -> None:
+        keys = gangs if gangs is not None else _waiting(core)
+        self.targets: list[str] = []
+        for key in keys:
+            view = core.view(key)
+            # a gang short of members waits for pods, not for capacity: its status says so
+            if view is not None and view.members >= max(1, view.min_member):
+                self.targets.append(key)
+        self._snap = _Snapshot.of(core) if self.targets else None
+        self._horizon = horizon
+        self._max_steps = max_steps
+        self._budget = budget
+        self._timer = timer
+        self.result: dict[str, Estimate] = {}
+        self.cut_short = False
+
+    def run(self) -> dict[str, Estimate]:
+        for _ in self.steps():
+            pass
+        return self.result
+
+    def steps(self) -> Iterator[None]:
+        if self._snap is None:
+            return
+        timer = self._timer
+        deadline = (
+            timer() + self._budget if timer is not None and self._budget is not None else None
+        )
+        twin = _Twin(self._snap)
+        yield from twin.build()
+        twin.expect_running()
+        twin.settle()
+        yield
+        targets = set(self.targets)
+        for _ in _run_ahead(twin, targets, self._horizon, self._max_steps):
+            if deadline is not None and timer is not None and timer() > deadline:
+                self.cut_short = True
+                break
+            yield
+        known = dict(twin.started)  # what declared ends alone start
+        if self.cut_short:
+            late = f"not forecast within {self._budget:g}s of work"
+            self.result = {
+                k: Estimate(known[k], *_why_then(twin, k, known[k]))
+                if k in known
+                else Estimate(None, late)
+                for k in self.targets
+            }
+            return
+        missing = [k for k in self.targets if k not in known]
+        blockers: dict[str, tuple[str, ...]] = {}
+        if missing:
+            for _ in _blockers(twin, missing, self._horizon, self._max_steps, blockers):
+                yield
+        out: dict[str, Estimate] = {}
+        for key in self.targets:
+            at = known.get(key)
+            if at is not None:
+                out[key] = Estimate(at, *_why_then(twin, key, at))
+                continue
+            names = blockers.get(key, ())
+            if names:
+                basis = "waits for " + _listed(names) + ", which declared no end"
+            else:
+                basis = "does not fit even once every running pod has ended"
+            out[key] = Estimate(None, basis, names)
+        self.result = out
 
 
 def forecast(
@@ -213,35 +390,7 @@ def forecast(
     """The expected start of each gang in ``gangs`` (default: every gang with members waiting
     to be placed), from the live core's state; see the module's docstring. A gang that has
     fewer members than its minMember gets none: it waits for pods, and its status says so."""
-    targets = [k for k in (gangs if gangs is not None else _waiting(core)) if k in core.gangs]
-    out: dict[str, Estimate] = {}
-    open_: list[str] = []
-    for key in targets:
-        view = core.view(key)
-        # a gang short of members waits for pods, not for capacity: its status says so
-        if view is not None and view.members >= max(1, view.min_member):
-            open_.append(key)
-    if not open_:
-        return out
-    twin = _Twin(core)
-    twin.expect_running()
-    twin.settle()
-    _run_ahead(twin, set(open_), horizon, max_steps)
-    known = dict(twin.started)  # what declared ends alone start
-    missing = [k for k in open_ if k not in known]
-    blockers = _blockers(twin, missing, horizon, max_steps) if missing else {}
-    for key in open_:
-        at = known.get(key)
-        if at is not None:
-            out[key] = Estimate(at, *_why_then(twin, key, at))
-        else:
-            names = blockers.get(key, ())
-            if names:
-                basis = "waits for " + _listed(names) + ", which declared no end"
-            else:
-                basis = "does not fit even once every running pod has ended"
-            out[key] = Estimate(None, basis, names)
-    return out
+    return Forecast(core, gangs, horizon=horizon, max_steps=max_steps).run()
 
 
 def _waiting(core: Scheduler) -> list[str]:
@@ -253,40 +402,57 @@ def _waiting(core: Scheduler) -> list[str]:
     return keys
 
 
-def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -> None:
-    """Move the twin's clock through the declared ends (and its own wake-ups) until every
-    target has started, or nothing more can happen."""
+def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -> Iterator[None]:
+    """Move the twin's clock through the declared ends until every target has started, or
+    nothing more can happen; yields after each time the twin schedules.
+
+    The ends are taken in batches: all those up to BATCH later (relative to how far ahead
+    they are, at least a second) at once; and the twin schedules only when what the ends
+    freed, summed over the nodes, could hold a waiting gang's whole ask. After the last end,
+    the twin's own wake-ups (Permit deadlines, flushes) are followed for a while."""
     core, clock = twin.core, twin.clock
     limit = twin.now + horizon
     config = core.config
-    quiet = 2 * config.backoff_max_seconds + config.default_schedule_timeout_seconds + 1.0
+    quiet = config.default_schedule_timeout_seconds + 1.0
     progress = clock.now()
+    free = twin.free_total()
     for _ in range(max_steps):
         if targets <= twin.started.keys():
             return
-        t_end = twin.ends[0][0] if twin.ends else None
-        t_wake = core.next_wakeup()
-        if t_end is None and (t_wake is None or t_wake > progress + quiet):
-            return
-        t = max(min(x for x in (t_end, t_wake) if x is not None), clock.now())
-        if t > limit:
-            return
-        clock.set(t)
+        if twin.ends:
+            t = max(twin.ends[0][0], clock.now())
+            if t > limit:
+                return
+            t_batch = t + max(1.0, BATCH * (t - twin.now))
+            clock.set(t)
+            while twin.ends and twin.ends[0][0] <= t_batch:
+                _, _, uid = heapq.heappop(twin.ends)
+                freed = twin.end(uid)
+                if freed is not None:
+                    add_into(free, freed)
+            if not twin.could_fit(free):
+                continue
+            progress = t
+        else:
+            t_wake = core.next_wakeup()
+            if t_wake is None or t_wake > progress + quiet or t_wake > limit:
+                return
+            clock.set(max(t_wake, clock.now()))
         started = len(twin.started)
-        while twin.ends and twin.ends[0][0] <= t:
-            _, _, uid = heapq.heappop(twin.ends)
-            twin.end(uid)
-            progress = t
         twin.settle()
-        if len(twin.started) > started:
-            progress = t
+        free = twin.free_total() if len(twin.started) > started else free
+        yield
 
 
 def _blockers(
-    twin: _Twin, missing: list[str], horizon: float, max_steps: int
-) -> dict[str, tuple[str, ...]]:
+    twin: _Twin,
+    missing: list[str],
+    horizon: float,
+    max_steps: int,
+    out: dict[str, tuple[str, ...]],
+) -> Iterator[None]:
     """For gangs the declared ends do not start: let every running pod without a declared end
-    end as well, and name those that were on the nodes each gang then takes."""
+    end as well, and name (in ``out``) those that were on the nodes each gang then takes."""
     core = twin.core
     undeclared: list[str] = []  # the running pods without a declared end (or past it)
     on_node: dict[str, set[str]] = {}  # node -> the gangs (or pods) of those on it
@@ -298,15 +464,14 @@ def _blockers(
     for uid in undeclared:
         twin.end(uid)
     twin.settle()
-    _run_ahead(twin, set(missing), horizon, max_steps)
-    out: dict[str, tuple[str, ...]] = {}
+    yield
+    yield from _run_ahead(twin, set(missing), horizon, max_steps)
     for key in missing:
         if key in twin.started and key not in before:
             units: set[str] = set()
             for node in twin.nodes_of.get(key, ()):
                 units |= on_node.get(node, set())
             out[key] = tuple(sorted(units - {key}))
-    return out
 
 
 def _why_then(twin: _Twin, key: str, at: float) -> tuple[str, tuple[str, ...]]:

@@ -34,7 +34,7 @@ from gangsched.api.workloadapi import VERSIONS, upstream_podgroup_from
 from gangsched.core.decisions import (
     Decision,
 )
-from gangsched.core.forecast import Estimate, forecast
+from gangsched.core.forecast import Estimate, Forecast
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
 from gangsched.core.scheduler import Scheduler
@@ -92,6 +92,10 @@ class ServiceStats:
 def _key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+# the most work one round of start forecasts may take (seconds, in slices of the loop)
+FORECAST_BUDGET = 2.0
 
 
 class SchedulerService:
@@ -606,32 +610,45 @@ class SchedulerService:
 
     async def _forecast_forever(self) -> None:
         """Forecast every waiting gang's start (``forecasts``) when what the core holds changed,
-        at most every ``forecast_seconds``, and at most about 5% of the loop's time (a forecast
-        that took t seconds waits 20 t before the next); report the gangs whose forecast
-        changed."""
+        at most every ``forecast_seconds``, and at most about 5% of the loop's time (a round
+        that took t seconds of work waits 20 t before the next); report the gangs whose
+        forecast changed."""
         while True:
-            took = self.forecast_now()
+            took = await self.forecast_round()
             await asyncio.sleep(max(self._forecast_every, 20 * took))
 
-    def forecast_now(self) -> float:
-        """One round of forecasts if the core changed since the last; the seconds it took."""
+    async def forecast_round(self) -> float:
+        """One round of forecasts if the core changed since the last; the seconds of work it
+        took. The work (core/forecast.py: a twin of the core, run ahead) is done in slices that
+        give the loop a turn, and stops after FORECAST_BUDGET seconds of it."""
         core = self.core
         inputs = (core.cache.generation, len(core.cache.pods), core.cycles, len(core.gangs))
         if inputs == self._forecast_inputs:
             return 0.0
         self._forecast_inputs = inputs
-        t0 = time.perf_counter()
-        fresh = forecast(core)
-        took = time.perf_counter() - t0
+        work = 0.0
+        mark = time.perf_counter()
+
+        def worked() -> float:
+            return work + time.perf_counter() - mark
+
+        round_ = Forecast(core, budget=FORECAST_BUDGET, timer=worked)
+        for _ in round_.steps():
+            if time.perf_counter() - mark >= self._slice:
+                work = worked()
+                await asyncio.sleep(0)
+                mark = time.perf_counter()
+        work = worked()
+        fresh = round_.result
         old, self.forecasts = self.forecasts, fresh
-        self.metrics.forecast_seconds.set(took)
+        self.metrics.forecast_seconds.set(work)
         known = sum(1 for e in fresh.values() if e.known)
         self.metrics.forecasts.labels("known").set(known)
         self.metrics.forecasts.labels("unknown").set(len(fresh) - known)
         for key in old.keys() | fresh.keys():
             if old.get(key) != fresh.get(key):
                 self._report_group(key)
-        return took
+        return work
 
     def _expected(self, key: str) -> tuple[str, str] | None:
         """The gang's start forecast as its status says it: (time or '', basis)."""

@@ -5,7 +5,7 @@ counted, and the live core untouched."""
 from __future__ import annotations
 
 from gangsched.core.config import CoreConfig
-from gangsched.core.forecast import Estimate, forecast, span
+from gangsched.core.forecast import Estimate, Forecast, forecast, span
 from tests.core.test_scheduler import T0, Harness, binds, gpu_node, members, pod
 
 
@@ -118,3 +118,22 @@ def test_span() -> None:
         "2h5m",
         "1d1h",
     ]
+
+
+def test_a_round_cut_short_by_its_budget_says_so_and_yields_between_slices() -> None:
+    """The budget is looked at between slices: what started by then is known, the rest is
+    said not to be forecast."""
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=100.0)
+    waiting(h, "ml/b", 2, 8, runtime=50.0)
+    h.advance(1)
+    waiting(h, "ml/c", 2, 8)
+    work = iter(range(1000))
+    round_ = Forecast(h.s, budget=0.5, timer=lambda: float(next(work)))
+    slices = sum(1 for _ in round_.steps())
+    assert slices >= 2, "the work comes in slices"
+    assert round_.cut_short
+    assert round_.result["ml/b"].at == T0 + 100.0
+    assert round_.result["ml/c"] == Estimate(None, "not forecast within 0.5s of work")
+    whole = Forecast(h.s)
+    assert whole.run()["ml/c"].at == T0 + 150.0 and not whole.cut_short

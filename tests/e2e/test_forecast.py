@@ -1,7 +1,8 @@
 """Start forecasts on a real API server: a gang that waits for a running gang whose PodGroup
 declares its run time says when it is expected to start (status.expectedStart, the basis, the
-Scheduled condition's message, the metric); one that waits for a gang that declared nothing
-says the start is unknown and names it; once bound, the forecast is gone from its status."""
+Scheduled condition's message, the metric), and once bound the forecast is gone from its
+status; one that waits for a gang that declared nothing says the start is unknown and names
+it."""
 
 from __future__ import annotations
 
@@ -82,31 +83,37 @@ def test_a_waiting_gang_says_when_it_is_expected_to_start(
     )
     assert 'gangsched_start_forecasts{result="known"} 1.0' in proc.metrics()
 
-    # a gang waiting for a gang that declared no end: unknown, and named
-    create(cp, podgroup("forever", ns, 1))
-    other = nodes(1, gpus=4)  # a second node of the same selector
-    create(cp, pod("forever-0", ns, group="forever", gpus=4, selector=other, scheduler=sched))
-    wait_for("forever bound", lambda: "forever-0" in bound(cp, ns), timeout=60)
-    create(cp, podgroup("after", ns, 1))
-    create(cp, pod("after-0", ns, group="after", gpus=4, selector=other, scheduler=sched))
-    st = wait_for(
-        "the unknown forecast on after's status",
-        lambda: (s := _status(cp, ns, "after")).get("expectedStartBasis") and s,
-        timeout=60,
-    )
-    assert "expectedStart" not in st
-    # both nodes end up held by gangs that declared no end: forever, and next (ahead of after
-    # in the queue, it takes first's node when first ends)
-    basis = st["expectedStartBasis"]
-    assert basis in {f"waits for {ns}/{g}, which declared no end" for g in ("next", "forever")}
-    assert _scheduled_message(st).endswith(f"; expected start unknown: {basis}")
-
-    # after goes, then first: next binds, and its status no longer carries a forecast
-    cp.kubectl("delete", "pod", "after-0", "-n", ns, "--grace-period=0", "--force")
+    # first goes: next binds, and its status no longer carries a forecast
     cp.kubectl("delete", "pod", "first-0", "-n", ns, "--grace-period=0", "--force")
     wait_for("next bound", lambda: "next-0" in bound(cp, ns), timeout=60)
     wait_for(
         "the forecast gone from next's status",
         lambda: "expectedStartBasis" not in _status(cp, ns, "next"),
         timeout=60,
+    )
+
+
+def test_a_gang_waiting_for_one_that_declared_no_end_is_told_so(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    forecasting: tuple[SchedulerProcess, str],
+) -> None:
+    cp = control_plane
+    _, sched = forecasting
+    sel = nodes(1, gpus=4)
+    create(cp, podgroup("forever", ns, 1))
+    create(cp, pod("forever-0", ns, group="forever", gpus=4, selector=sel, scheduler=sched))
+    wait_for("forever bound", lambda: "forever-0" in bound(cp, ns), timeout=60)
+    create(cp, podgroup("after", ns, 1))
+    create(cp, pod("after-0", ns, group="after", gpus=4, selector=sel, scheduler=sched))
+    st = wait_for(
+        "the unknown forecast on after's status",
+        lambda: (s := _status(cp, ns, "after")).get("expectedStartBasis") and s,
+        timeout=60,
+    )
+    assert "expectedStart" not in st
+    assert st["expectedStartBasis"] == f"waits for {ns}/forever, which declared no end"
+    assert _scheduled_message(st).endswith(
+        f"; expected start unknown: waits for {ns}/forever, which declared no end"
     )

@@ -270,7 +270,7 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     await until("first running", lambda: rig.core.view("ml/first").bound == 1)  # type: ignore[union-attr]
     kube.seed(PODS, *members("next", 1, gpus=8))
     await until("next refused", lambda: rig.status("next").get("phase") == "Scheduling")
-    rig.service.forecast_now()
+    await rig.service.forecast_round()
     expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + 3600))
     await until("the forecast written", lambda: "expectedStart" in rig.status("next"))
     st = rig.status("next")
@@ -282,12 +282,12 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     )
     assert rig.service.metrics.forecasts.labels("known")._value.get() == 1
     # nothing changed: no new round of forecasts
-    assert rig.service.forecast_now() == 0.0
+    assert await rig.service.forecast_round() == 0.0
     kube.remove(f"{PODS}/first-0")
     rig.clock.advance(60)  # past its backoff
     rig.service.poke()
     await until("next bound", lambda: "next-0" in rig.bindings())
-    rig.service.forecast_now()
+    await rig.service.forecast_round()
     await until("the forecast gone", lambda: "expectedStart" not in rig.status("next"))
     assert "expectedStartBasis" not in rig.status("next")
 
