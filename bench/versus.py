@@ -151,22 +151,17 @@ def _skipped(
 ) -> tuple[dict[str, str], Path | None, Path | None, Path | None]:
     skipped: dict[str, str] = {}
     peer_dir: Path | None = None
-    volcano_dir: Path | None = None
-    kai_dir: Path | None = None
-    if "volcano" in schedulers:
+    built: dict[str, Path | None] = {"volcano": None, "kai": None}
+    for name, find in (("volcano", _volcano), ("kai", _kai)):
+        if name not in schedulers:
+            continue
         if workload.dra:
-            skipped["volcano"] = "not run on DRA workloads here"
-        else:
-            volcano_dir, why = _volcano(build_peers)
-            if volcano_dir is None:
-                skipped["volcano"] = why
-    if "kai" in schedulers:
-        if workload.dra:
-            skipped["kai"] = "not run on DRA workloads here"
-        else:
-            kai_dir, why = _kai(build_peers)
-            if kai_dir is None:
-                skipped["kai"] = why
+            skipped[name] = "not run on DRA workloads here"
+            continue
+        built[name], why = find(build_peers)
+        if built[name] is None:
+            skipped[name] = why
+    volcano_dir, kai_dir = built["volcano"], built["kai"]
     if "kube-scheduler" in schedulers:
         try:
             if not os.access(find_binaries() / "kube-scheduler", os.X_OK):
