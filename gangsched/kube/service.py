@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ from gangsched.kube.io.times import rfc3339
 from gangsched.kube.podreader import PodReader
 from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.podstatus import with_forecast
 from gangsched.kube.write.preemptor import Preemptor
 from gangsched.kube.write.reporter import Reporter
 from gangsched.kube.write.restarter import GangRestarter
@@ -557,7 +559,11 @@ class SchedulerService:
             return
         if self.core.group_size(key) == 0:
             return
-        self.upstream.report(key, self.core.group_status(key))
+        status = self.core.group_status(key)
+        expected = self._expected(key)
+        if status is not None and expected is not None and not status.scheduled:
+            status = dataclasses.replace(status, message=with_forecast(status.message, expected))
+        self.upstream.report(key, status)
 
     def _report_group(self, key: str, force: bool = False) -> None:
         """Write a gangsched PodGroup's status: phase, counts and condition from the core's

@@ -16,7 +16,7 @@ from gangsched.core.status import GroupStatus, MemberCounts
 from gangsched.kube.write.upstreamstatus import podgroup_condition
 from gangsched_dev.devcluster.featuregates import apiserver_args
 from tests.api.test_workloadapi import member, upstream_pg
-from tests.kube.test_service import NODES, PODS, Rig, node, until
+from tests.kube.test_service import NODES, PODS, Rig, node, pod, until
 from tests.support.fakekube import FakeKube
 
 
@@ -113,6 +113,33 @@ async def test_a_gang_of_the_upstream_api_waits_then_binds_whole(rig: Rig, versi
     assert said["status"] == "True" and said["reason"] == "Scheduled", said
     other = "v1beta1" if version == "v1alpha2" else "v1alpha2"
     assert kube.sent("patch", f"scheduling.k8s.io/{other}") == []
+
+
+async def test_an_upstream_podgroup_s_condition_carries_the_start_forecast(rig: Rig) -> None:
+    """A gang of the upstream API that waits for capacity a running pod holds until its
+    activeDeadlineSeconds: the condition's message ends with when it is expected to start."""
+    kube = rig.kube
+    collection = "/apis/scheduling.k8s.io/v1alpha2/namespaces/ml/podgroups"
+
+    async def condition() -> dict[str, Any]:
+        pg = await kube.get(f"{collection}/train")
+        for c in (pg.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "PodGroupScheduled":
+                return dict(c)
+        return {}
+
+    kube.seed(NODES, node("n0", gpus=1))
+    holder = pod("holder", gpus=1)
+    holder["spec"]["activeDeadlineSeconds"] = 600
+    kube.seed(PODS, holder)
+    rig.start()
+    await until("holder bound", lambda: rig.bindings() == ["holder"])
+    kube.seed(collection, upstream_pg("train", {"gang": {"minCount": 1}}, "v1alpha2"))
+    kube.seed(PODS, member("train-0", "train"))
+    await until("train refused", lambda: "train-0" in rig.event_pods("FailedScheduling"))
+    await rig.service.forecast_round()
+    said = await eventually(condition, lambda c: "expected to start at" in c.get("message", ""))
+    assert said["message"].endswith("after ml/holder ends (activeDeadlineSeconds 10m)"), said
 
 
 # ---- the dev control plane -------------------------------------------------------------------

@@ -81,6 +81,14 @@ def transition_time(previous: Mapping[str, Any] | None, status: str, now: str) -
     return now
 
 
+def with_forecast(message: str, expected: tuple[str, str]) -> str:
+    """A waiting gang's message with its start forecast, (time or '' when unknown, basis)."""
+    at, basis = expected
+    if at:
+        return f"{message}; expected to start at {at}, {basis}"
+    return f"{message}; expected start unknown: {basis}"
+
+
 def scheduler_status(
     st: GroupStatus,
     *,
@@ -120,10 +128,8 @@ def scheduler_status(
         at, basis = expected
         if at:
             status["expectedStart"] = at
-            message = f"{message}; expected to start at {at}, {basis}"
-        else:
-            message = f"{message}; expected start unknown: {basis}"
         status["expectedStartBasis"] = basis[:1024]
+        message = with_forecast(message, expected)
         status["message"] = message[:1024]
     status["conditions"] = [
         {
