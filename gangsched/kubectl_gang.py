@@ -354,7 +354,54 @@ def default_namespace(
     return "default"
 
 
+def what_if_main(argv: Sequence[str]) -> int:
+    """``kubectl gang what-if -f FILE``: what the scheduler would do with the gang in FILE (a
+    PodGroup and its pods), from the live cluster, never writing (gangsched/kube/whatif.py)."""
+    p = argparse.ArgumentParser(
+        prog="kubectl gang what-if",
+        description="What the scheduler would do with a gang (a PodGroup and its pods) if it "
+        "were submitted now. Reads only; writes nothing.",
+    )
+    p.add_argument("-f", "--filename", required=True, help="YAML: a PodGroup and its pods")
+    p.add_argument("-n", "--namespace", default=None, help="for objects that name none")
+    p.add_argument("--config", default=None, help="the scheduler's configuration file")
+    p.add_argument(
+        "--config-namespace",
+        default="gangsched-system",
+        help="where to look for the scheduler's ConfigMap (default: gangsched-system)",
+    )
+    p.add_argument("--kubeconfig", default=None)
+    p.add_argument("--context", default=None)
+    args = p.parse_args(argv)
+    try:
+        with open(args.filename) as f:
+            objs = [d for d in yaml.safe_load_all(f) if isinstance(d, dict)]
+        ns = args.namespace or default_namespace(args.kubeconfig, args.context)
+        text = asyncio.run(_what_if(args, objs, ns))
+    except Exception as e:  # a CLI prints what went wrong instead of a traceback
+        print(f"kubectl gang what-if: {e}", file=sys.stderr)
+        return 1
+    print(text)
+    return 0
+
+
+async def _what_if(args: argparse.Namespace, objs: list[dict[str, Any]], ns: str) -> str:
+    from gangsched.kube.io.client import KubeClient, load_configuration
+    from gangsched.kube.whatif import render_verdict, scheduler_settings, what_if
+
+    client = KubeClient(await load_configuration(args.kubeconfig, args.context))
+    try:
+        settings, source = await scheduler_settings(client, args.config, args.config_namespace)
+        verdict = await what_if(client, settings, objs, ns)
+        return render_verdict(verdict) + f"\nsettings: {source}"
+    finally:
+        await client.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["what-if"]:
+        return what_if_main(argv[1:])
     p = argparse.ArgumentParser(prog="kubectl gang", description="List gangs and why they wait.")
     p.add_argument(
         "-n", "--namespace", default=None, help="default: the kubeconfig context's namespace"

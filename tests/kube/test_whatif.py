@@ -1,0 +1,82 @@
+"""``kubectl gang what-if`` on the fake API server: the verdict (fits, where, or why not and
+when it is expected to start) from the production core on what the reads return, and not one
+write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gangsched.kube.whatif import ReadOnly, WriteRefusedError, render_verdict, what_if
+from gangsched.settings import Settings
+from tests.kube.test_service import NODES, PODS, members, node, pod, podgroup
+from tests.support.fakekube import FakeKube
+
+
+def cluster() -> FakeKube:
+    """n0 and n1 of 8 GPUs; ml/busy runs on n0 with all of its GPUs, declaring nothing."""
+    kube = FakeKube()
+    kube.seed(NODES, node("n0", gpus=8), node("n1", gpus=8))
+    busy = pod("busy", gpus=8)
+    busy["spec"]["nodeName"] = "n0"
+    busy["status"] = {"phase": "Running"}
+    kube.seed(PODS, busy)
+    return kube
+
+
+def gang(gpus: int) -> list[dict[str, Any]]:
+    objs = [podgroup("train", 2), *members("train", 2, gpus=gpus)]
+    for obj in objs:
+        obj["kind"] = obj.get("kind") or "Pod"
+        obj["metadata"].pop("namespace", None)  # as a user writes them: -n gives it
+    return objs
+
+
+def _settings() -> Settings:
+    return Settings.model_validate({})
+
+
+async def test_a_gang_that_fits_is_placed_where_the_scheduler_would_and_nothing_is_written() -> (
+    None
+):
+    kube = cluster()
+    v = await what_if(kube, _settings(), gang(gpus=4), "ml")  # type: ignore[arg-type]
+    assert v.gang == "ml/train" and v.fits
+    assert {n: sorted(p) for n, p in v.nodes.items()} == {"n1": ["train-0", "train-1"]}
+    assert v.victims == [] and v.expected is None
+    assert {r.verb for r in kube.requests} <= {"list", "get"}, "what-if only reads"
+    assert kube.list_objects(PODS)[-1]["metadata"]["name"] == "busy", "the gang is not created"
+    text = render_verdict(v)
+    assert "fits now: yes, on 1 node(s)" in text and "n1: train-0, train-1" in text
+
+
+async def test_a_gang_that_does_not_fit_says_why_and_what_it_waits_for() -> None:
+    kube = cluster()
+    v = await what_if(kube, _settings(), gang(gpus=8), "ml")  # type: ignore[arg-type]
+    assert not v.fits and v.nodes == {}
+    assert "needs 16 nvidia.com/gpu" in v.reason
+    assert v.expected is not None and v.expected.at is None
+    assert v.expected.blockers == ("ml/busy",)
+    text = render_verdict(v)
+    assert "fits now: no" in text
+    assert "expected start: unknown, waits for ml/busy, which declared no end" in text
+    assert {r.verb for r in kube.requests} <= {"list", "get"}
+
+
+async def test_what_if_needs_a_podgroup_and_its_pods() -> None:
+    with pytest.raises(ValueError, match="a PodGroup and its pods"):
+        await what_if(cluster(), _settings(), gang(gpus=1)[1:], "ml")  # type: ignore[arg-type]
+
+
+async def test_the_read_only_client_refuses_every_write() -> None:
+    ro = ReadOnly(cluster())  # type: ignore[arg-type]
+    for write in (
+        ro.post("/api/v1/namespaces/ml/pods", {}),
+        ro.merge_patch("/api/v1/namespaces/ml/pods/a", {}),
+        ro.strategic_patch("/api/v1/namespaces/ml/pods/a", {}),
+        ro.apply("/api/v1/namespaces/ml/pods/a", {}, field_manager="x"),
+        ro.request("DELETE", "/api/v1/namespaces/ml/pods/a"),
+    ):
+        with pytest.raises(WriteRefusedError):
+            await write
