@@ -3,10 +3,11 @@
 Loading the scheduler's modules takes about half a CPU-second, and listing a big cluster's
 nodes and pods takes the API server about as long again. Neither needs the other until the
 lists are handled, so the start makes its API client first (a few light modules), asks for
-the first page of the node and pod lists (:meth:`KubeClient.prefetch`), and loads the rest of
-the scheduler on a worker thread meanwhile; the reflectors then take those answers instead of
-asking again (the same path and parameters: firstlists.py). Everything else is built by the
-composition root, gangsched/app.py.
+the first page of the node and pod lists (:meth:`KubeClient.prefetch`; not with leader
+election, whose lists wait for the lease), and loads the rest of the scheduler on a worker
+thread meanwhile; the reflectors then take those answers instead of asking again (the same
+path and parameters: firstlists.py), if they ask within 2 s of the answers' arrival.
+Everything else is built by the composition root, gangsched/app.py.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ def scheduler_client(settings: Settings, cfg: ClusterConfig) -> KubeClient:
 async def run_scheduler(settings: Settings) -> None:
     cfg = await load_configuration(settings.kubeconfig, settings.context)
     client = scheduler_client(settings, cfg)
-    for path, params in first_pages():
-        client.prefetch(path, **params)
+    # With leader election the lists wait for the lease, however long: asked for now, they
+    # would be out of date by then (and a standby never needs them).
+    if not settings.leader_elect:
+        for path, params in first_pages():
+            client.prefetch(path, **params)
     # the connections the first bindings and lists will take, opened meanwhile too
     warming = asyncio.ensure_future(client.warm(WARM_CONNECTIONS))
     warming.add_done_callback(lambda t: None if t.cancelled() else t.exception())

@@ -56,8 +56,9 @@ _encode = msgspec.json.Encoder().encode
 
 # background requests in flight at most while a foreground one is (see _Share)
 BACKGROUND_WHILE_BUSY = 2
-# how long an answer asked for ahead of time waits to be taken (KubeClient.prefetch)
-PREFETCH_KEEP = 60.0
+# how long after its arrival an answer asked for ahead of time may still be taken
+# (KubeClient.prefetch)
+PREFETCH_KEEP = 2.0
 
 _GetKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -578,21 +579,26 @@ class KubeClient:
         """Send ``GET path?params`` now, for the first :meth:`get` with the same path and
         parameters to take, answer or error, instead of asking again. The scheduler's start
         asks for its first lists so, while the rest of it is still being loaded (see
-        gangsched/boot.py). An answer no one takes within ``keep`` seconds is dropped."""
+        gangsched/boot.py). An answer is taken only within ``keep`` seconds of its arrival:
+        later it is dropped and the get asks again (a list read then would act on what the
+        cluster was, not what it is: a scheduler must not decide on it)."""
         key = _get_key(path, params)
         if key in self._prefetched:
             return
         task = asyncio.ensure_future(self.request("GET", path, params=params))
-        # an error is the taker's to see; untaken, it is not worth a warning
-        task.add_done_callback(lambda t: None if t.cancelled() else t.exception())
         self._prefetched[key] = task
+        loop = asyncio.get_running_loop()
 
         def drop() -> None:
             if self._prefetched.get(key) is task:
                 del self._prefetched[key]
-                task.cancel()
 
-        asyncio.get_running_loop().call_later(keep, drop)
+        def arrived(t: asyncio.Task[JSON]) -> None:
+            if not t.cancelled():
+                t.exception()  # an error is the taker's to see; untaken, not worth a warning
+            loop.call_later(keep, drop)
+
+        task.add_done_callback(arrived)
 
     async def post(self, path: str, body: object, *, fence: FenceCheck | None = None) -> JSON:
         return await self.request(
