@@ -155,6 +155,8 @@ class _Twin:
         self.nodes_of: dict[str, set[str]] = {}  # gang key -> the nodes it was bound on
         # node -> (when, unit, why) of the declared ends seen there, in time order
         self.freed: dict[str, list[tuple[float, str, str]]] = {}
+        # gang key -> what its waiting members ask for in all (made at the first could_fit)
+        self._asks: dict[str, ResourceList] | None = None
 
     def build(self, chunk: int = 2_000) -> Iterator[None]:
         """Give the twin everything in the snapshot; yields every ``chunk`` pods."""
@@ -267,18 +269,19 @@ class _Twin:
     def could_fit(self, free: ResourceList) -> bool:
         """Whether some waiting gang asks, in all, for no more of any resource than ``free``:
         otherwise no gang can start, wherever the capacity is, and the twin need not try."""
-        for key in self.core.gangs:
-            if key in self.started:
-                continue
-            h = self.core.holdings(key)
-            if h is None or not h.pending:
-                continue
-            ask: ResourceList = {}
-            for p in h.pending:
-                add_into(ask, p.requests)
-            if all(free.get(r, 0) >= n for r, n in ask.items() if r != "pods"):
-                return True
-        return False
+        if self._asks is None:
+            self._asks = {}
+            for key in self.core.gangs:
+                h = self.core.holdings(key)
+                if h is not None and h.pending:
+                    ask: ResourceList = {}
+                    for p in h.pending:
+                        add_into(ask, p.requests)
+                    ask.pop("pods", None)
+                    self._asks[key] = ask
+        for key in [k for k in self._asks if k in self.started]:
+            del self._asks[key]
+        return any(all(free.get(r, 0) >= n for r, n in ask.items()) for ask in self._asks.values())
 
     def end(self, uid: str) -> ResourceList | None:
         """The pod ends (Succeeded); what it asked for, now free (None: it held nothing)."""
@@ -311,15 +314,29 @@ class Forecast:
         max_steps: int = MAX_STEPS,
         budget: float | None = None,
         timer: Callable[[], float] | None = None,
+        most: int | None = None,
     ) -> None:
         keys = gangs if gangs is not None else _waiting(core)
-        self.targets: list[str] = []
+        targets: list[str] = []
         for key in keys:
             view = core.view(key)
             # a gang short of members waits for pods, not for capacity: its status says so
             if view is not None and view.members >= max(1, view.min_member):
-                self.targets.append(key)
+                targets.append(key)
+        # ``most``: only the first so many in queue order; the pods of those behind them are
+        # left out of the twin (what they will do is not forecast either)
+        self.behind: list[str] = []
+        if most is not None and len(targets) > most:
+            book = core.book
+            targets.sort(key=lambda k: book.sort_key(core.gangs[k]))
+            targets, self.behind = targets[:most], targets[most:]
+        self.targets = targets
         self._snap = _Snapshot.of(core) if self.targets else None
+        if self._snap is not None and self.behind:
+            left_out = set(self.behind)
+            self._snap.pods = [
+                p for p in self._snap.pods if p.node_name or (p.group or p.key) not in left_out
+            ]
         self._horizon = horizon
         self._max_steps = max_steps
         self._budget = budget
@@ -333,6 +350,8 @@ class Forecast:
         return self.result
 
     def steps(self) -> Iterator[None]:
+        behind = Estimate(None, f"not forecast: behind the first {len(self.targets)} waiting gangs")
+        self.result = dict.fromkeys(self.behind, behind)
         if self._snap is None:
             return
         timer = self._timer
@@ -353,12 +372,14 @@ class Forecast:
         known = dict(twin.started)  # what declared ends alone start
         if self.cut_short:
             late = f"not forecast within {self._budget:g}s of work"
-            self.result = {
-                k: Estimate(known[k], *_why_then(twin, k, known[k]))
-                if k in known
-                else Estimate(None, late)
-                for k in self.targets
-            }
+            self.result.update(
+                {
+                    k: Estimate(known[k], *_why_then(twin, k, known[k]))
+                    if k in known
+                    else Estimate(None, late)
+                    for k in self.targets
+                }
+            )
             return
         missing = [k for k in self.targets if k not in known]
         blockers: dict[str, tuple[str, ...]] = {}
@@ -377,7 +398,7 @@ class Forecast:
             else:
                 basis = "does not fit even once every running pod has ended"
             out[key] = Estimate(None, basis, names)
-        self.result = out
+        self.result.update(out)
 
 
 def forecast(

@@ -96,8 +96,10 @@ def _key(obj: JSON) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-# the most work one round of start forecasts may take (seconds, in slices of the loop)
-FORECAST_BUDGET = 2.0
+# the most work one round of start forecasts may take (seconds, in slices of the loop), and
+# how many waiting gangs (the first in queue order) it forecasts
+FORECAST_BUDGET = 5.0
+FORECAST_GANGS = 200
 
 
 class SchedulerService:
@@ -638,7 +640,7 @@ class SchedulerService:
         def worked() -> float:
             return work + time.perf_counter() - mark
 
-        round_ = Forecast(core, budget=FORECAST_BUDGET, timer=worked)
+        round_ = Forecast(core, budget=FORECAST_BUDGET, timer=worked, most=FORECAST_GANGS)
         for _ in round_.steps():
             if time.perf_counter() - mark >= self._slice:
                 work = worked()

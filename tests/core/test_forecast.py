@@ -137,3 +137,14 @@ def test_a_round_cut_short_by_its_budget_says_so_and_yields_between_slices() -> 
     assert round_.result["ml/c"] == Estimate(None, "not forecast within 0.5s of work")
     whole = Forecast(h.s)
     assert whole.run()["ml/c"].at == T0 + 150.0 and not whole.cut_short
+
+
+def test_only_the_first_gangs_in_queue_order_are_forecast_when_asked_so() -> None:
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=100.0)
+    waiting(h, "ml/first", 2, 8, runtime=50.0)
+    h.advance(1)
+    waiting(h, "ml/second", 2, 8, runtime=50.0)
+    got = Forecast(h.s, most=1).run()
+    assert got["ml/first"].at == T0 + 100.0
+    assert got["ml/second"] == Estimate(None, "not forecast: behind the first 1 waiting gangs")
