@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, Decision, Evict, Preempt
+from gangsched.core.gang import PLAIN_PREFIX
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod, PodPhase
 from gangsched.core.resourceclaims import Claim as ResourceClaim
 from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass
@@ -335,7 +336,9 @@ class Forecast:
         if self._snap is not None and self.behind:
             left_out = set(self.behind)
             self._snap.pods = [
-                p for p in self._snap.pods if p.node_name or (p.group or p.key) not in left_out
+                p
+                for p in self._snap.pods
+                if p.node_name or (p.group or PLAIN_PREFIX + p.uid) not in left_out
             ]
         self._horizon = horizon
         self._max_steps = max_steps

@@ -48,15 +48,16 @@ def estimate_figures(r: SimResult) -> dict[str, Any]:
         return {}
     errors: list[float] = []
     late = 0
+    known = 0
     for j in made:
         at, since, start = j.estimate.at if j.estimate else None, j.estimated_at, j.first_started
         if at is None or since is None:
             continue
+        known += 1
         if start is None:
             late += 1  # forecast a time, never started in the run
         elif start > since:
             errors.append(abs(at - start) / (start - since))
-    known = sum(1 for j in made if j.estimate is not None and j.estimate.at is not None)
     return {
         "estimates_made": len(made),
         "estimates_known": known,
