@@ -265,7 +265,11 @@ def test_a_disruption_budget_steers_preemption_to_the_other_gang(
     assert not members(state, "open"), "the gang the budgets allow to disrupt was evicted"
     protected = members(state, "protected")
     assert len(protected) == 4 and all(untouched(p) for p in protected.values())
-    assert set(preempted_notes(cp, ns)) == {f"open-{i}" for i in range(4)}
+    # Events are informational writes, sent after the bindings: waited for, as above
+    notes = wait_for(
+        "a Preempted event on every victim", lambda: gathered(lambda: preempted_notes(cp, ns), 4)
+    )
+    assert set(notes) == {f"open-{i}" for i in range(4)}
     assert max(gpus_per_node(cp, ns).values()) <= 4
 
 
