@@ -436,7 +436,6 @@ class KubeClient:
         fence: FenceCheck | None = None,
     ) -> JSON:
         background = _background.get()
-        await self._bucket.take(background)
         share = self._share
         if background:
             await share.enter_background()
@@ -444,6 +443,10 @@ class KubeClient:
             share.foreground += 1
         try:
             async with self._in_flight_background if background else self._in_flight:
+                # The token is taken last, right before the request is sent: one taken before
+                # a wait (for a slot in flight, for the lanes' share) would let the requests
+                # that waited go out together, faster than the rate limit allows.
+                await self._bucket.take(background)
                 if self._direct is not None:
                     status, reason, raw = await self._direct_exchange(
                         method, path, params, body, content_type, timeout, fence

@@ -217,6 +217,48 @@ async def test_while_bindings_are_in_flight_informational_writes_go_two_at_a_tim
     assert most["/event"] == 8 and len(server.seen) == 13
 
 
+async def test_writes_that_waited_for_their_share_still_go_out_at_the_rate_limit(
+    server: Server,
+) -> None:
+    """Informational writes held back while a binding is in flight do not leave together
+    when it is done: the server sees every request within the token bucket (burst + qps per
+    second, in any window of arrivals)."""
+    qps, burst = 20.0, 2
+    arrivals: list[float] = []
+    loop = asyncio.get_running_loop()
+    release = asyncio.Event()
+
+    async def binding(_: web.Request) -> web.Response:
+        arrivals.append(loop.time())
+        await release.wait()
+        return web.json_response({})
+
+    async def event(_: web.Request) -> web.Response:
+        arrivals.append(loop.time())
+        await asyncio.sleep(0.3)  # a slow server: the share's two slots stay taken
+        return web.json_response({})
+
+    server.routes = {"/binding": binding, "/event": event}
+    client = _client(server.url, qps=qps, burst=burst)
+    try:
+        held = asyncio.create_task(client.post("/binding", {}))
+        await asyncio.sleep(0.05)
+        with kclient.background_lane():
+            events = [asyncio.create_task(client.post("/event", {})) for _ in range(16)]
+        await asyncio.sleep(1.0)
+        release.set()
+        await asyncio.gather(held, *events)
+    finally:
+        await client.close()
+    assert len(arrivals) == 17
+    worst = max(
+        (j - i + 1) / (burst + qps * (arrivals[j] - arrivals[i]) + 1)  # one of slack for timing
+        for i in range(len(arrivals))
+        for j in range(i, len(arrivals))
+    )
+    assert worst <= 1.0, f"{worst:.2f} of what the rate limit allows"
+
+
 async def test_a_prefetched_get_is_sent_once_and_taken_by_the_same_get(server: Server) -> None:
     server.routes = {
         "/api/v1/pods": _answer(200, {"items": [{"metadata": {"name": "a"}}]}),
