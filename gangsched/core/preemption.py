@@ -6,7 +6,11 @@ members (and those of its gang group), since the rest would hold their resources
 A NonStrict gang gives up only members above its minMember, youngest first. A pod outside any
 gang known to this scheduler is a unit of its own. Only pods of strictly lower priority than
 every member the preemptor places are ever victims; a unit with any member of equal or higher
-priority is not a candidate at all.
+priority is not a candidate at all. Pods that Kueue admitted (its label ``kueue.x-k8s.io/podset``)
+are never victims: Kueue counts their workload's quota as in use until Kueue itself evicts it,
+so evicting them behind its back would leave the quota held by pods that no longer run (and
+plain pods that nothing recreates). Kueue preempts among its workloads; gangsched preempts
+around them. A reservation may still wait for such pods to end.
 
 The search is what-if placement through the ordinary gang cycle, so the preemptor's own
 constraints (affinity, spread, ports, volumes...) decide where it fits:
@@ -38,7 +42,10 @@ from gangsched.core.gang import Gang, Holdings
 from gangsched.core.labels import selector_matches
 from gangsched.core.model import DisruptionBudget, GangMode, LabelSelector, Pod, PodAffinity
 
-__all__ = ["Plan", "Preemptor", "Unit", "gang_priority"]
+__all__ = ["KUEUE_PODSET_LABEL", "Plan", "Preemptor", "Unit", "gang_priority", "kueue_admitted"]
+
+# The label Kueue gives the pods of every workload it admitted (the name of their podset).
+KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 _NO_AFFINITY = PodAffinity()
 
@@ -73,6 +80,11 @@ def gang_priority(pending: Iterable[Pod]) -> int:
     return min((p.priority for p in pending), default=0)
 
 
+def kueue_admitted(pod: Pod) -> bool:
+    """Whether Kueue admitted the pod's workload: then Kueue alone evicts it."""
+    return KUEUE_PODSET_LABEL in pod.labels
+
+
 def _unit(gang: str, pods: list[Pod]) -> Unit:
     return Unit(
         gang,
@@ -98,6 +110,8 @@ class Preemptor:
         self._budgets = budgets
         self._ours = ours
         self.trials = 0  # what-if placements tried, over the process's life
+        # running pods of lower priority left out of the last plan because Kueue admitted them
+        self.kueue_spared = 0
 
     # ---- the search ---------------------------------------------------------------------
     def plan(
@@ -107,18 +121,23 @@ class Preemptor:
         priority: int,
         promised: Collection[str],
         keep_first: Callable[[Unit], tuple[float, ...]] | None = None,
+        *,
+        evicting: bool = True,
     ) -> Plan | None:
         """The victims whose eviction lets ``gang`` (its pending members ``h.pending``,
         preempting with ``priority``) reach quorum, and where it then goes; None when no set
         of lower-priority units would do. ``promised``: victims of earlier preemptions not
         yet gone (counted as gone, never chosen again). ``keep_first``: the reprieve order
         (default: preemption's, with disruption budgets); reservations ask which pods to wait
-        for with their own."""
+        for with their own. ``evicting``: the units will be evicted (False: only waited for,
+        so pods that Kueue admitted are candidates too)."""
         cache = self._cache
+        self.kueue_spared = 0
         if not any(p < priority for p in cache.counted_priorities):
             return None  # nothing runs below it (O(distinct priorities))
         group = gang.spec.gang_group if gang.spec is not None else ()
-        going, units = self._candidates(priority, promised, min(group) if group else gang.key)
+        own = min(group) if group else gang.key
+        going, units = self._candidates(priority, promised, own, evicting)
         if not units:
             return None
         lifted: list[str] = []
@@ -245,10 +264,13 @@ class Preemptor:
 
     # ---- candidates ---------------------------------------------------------------------
     def _candidates(
-        self, priority: int, promised: Collection[str], own: str
+        self, priority: int, promised: Collection[str], own: str, evicting: bool
     ) -> tuple[list[str], list[Unit]]:
-        """(pods counted as gone already, units that may be evicted)."""
+        """(pods counted as gone already, units that may be evicted). A unit with a member
+        that Kueue admitted is not one when ``evicting``."""
         cache = self._cache
+        self.kueue_spared = 0
+        spared: set[str] = set()  # gang keys with a member Kueue admitted
         going: list[str] = []
         alone: list[Pod] = []
         grouped: dict[str, list[Pod]] = {}
@@ -263,6 +285,12 @@ class Preemptor:
                 key = self.unit_key(pod)
                 if key == own:
                     continue
+                if evicting and kueue_admitted(pod):
+                    if pod.priority < priority:
+                        self.kueue_spared += 1
+                    if key:
+                        spared.add(key)
+                    continue
                 if key:
                     grouped.setdefault(key, []).append(pod)
                 elif pod.priority < priority:
@@ -270,6 +298,8 @@ class Preemptor:
         units = [_unit("", [p]) for p in alone]
         promised_set = set(promised)
         for key, pods in grouped.items():
+            if key in spared:
+                continue  # evicting the rest would break a gang that Kueue admitted
             units.extend(self._gang_units(key, pods, priority, promised_set))
         going.sort()
         return going, units

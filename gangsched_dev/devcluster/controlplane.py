@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 BINARIES: Final = ("etcd", "kube-apiserver", "kubectl", "kwok")
 STAGES_FILE: Final = "kwok-stages.yaml"
+# A stage of this project's: a running pod deleted while a finalizer holds it ends Failed, as
+# the kubelet would end it (package data beside this file).
+TERMINATE_STAGE: Final = Path(__file__).resolve().with_name("kwok-terminate.yaml")
 KWOK_NODE_ANNOTATION: Final = "kwok.x-k8s.io/node"
 KWOK_NODE_SELECTOR: Final = f"{KWOK_NODE_ANNOTATION}=fake"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
@@ -769,7 +772,8 @@ class ControlPlane:
         """Start kwok for nodes annotated ``kwok.x-k8s.io/node: fake`` (see add_fake_node).
 
         kwok marks those nodes Ready and moves pods bound to them to Running; it never touches
-        unbound pods.
+        unbound pods. A running pod deleted while a finalizer holds it ends Failed, as the
+        kubelet would end it (``kwok-terminate.yaml``).
         """
         self._need(self._workdir, "kwok")
         self._kwok_args = tuple(extra_args)
@@ -779,6 +783,7 @@ class ControlPlane:
                 str(self.bin_dir / "kwok"),
                 f"--kubeconfig={self.kubeconfig}",
                 f"--config={self.bin_dir / STAGES_FILE}",
+                f"--config={TERMINATE_STAGE}",
                 "--manage-all-nodes=false",
                 f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
                 *extra_args,

@@ -328,3 +328,44 @@ def test_the_message_says_why_preemption_did_not_help() -> None:
     h.run()
     view = h.s.view("ml/peer")
     assert view is not None and "preemption" not in view.message, "nothing runs below it"
+
+
+KUEUE = {"kueue.x-k8s.io/podset": "main"}
+
+
+def test_pods_that_kueue_admitted_are_never_victims() -> None:
+    """Kueue counts an admitted workload's quota until Kueue itself evicts it: gangsched does
+    not evict its pods (a gang or a pod alone), and says so."""
+    h = full_cluster(nodes=2)
+    h.gang("ml/admitted", 1)
+    h.add(*members("ml/admitted", 1, gpus=8, priority=0, labels=KUEUE))
+    h.add(pod("loose", gpus=8, priority=0, labels=KUEUE))
+    h.run()
+    assert node_load(h) == {"n0": 8, "n1": 8}
+    high_gang(h)
+    out = h.run()
+    assert not preempts(out)
+    view = h.s.view("ml/high")
+    assert view is not None and view.reason == "Unschedulable"
+    assert "2 running pod(s) of lower priority were admitted by Kueue" in view.message
+
+
+def test_a_gang_kueue_admitted_still_evicts_pods_outside_kueue() -> None:
+    h = full_cluster(nodes=1)
+    run_gang(h, "ml/low", 1, 8, 0)
+    h.gang("ml/high", 1)
+    h.add(*members("ml/high", 1, gpus=8, priority=100, labels=KUEUE))
+    [d] = preempts(h.run())
+    assert [v.gang for v in d.victims] == ["ml/low"]
+
+
+def test_a_gang_with_one_member_kueue_admitted_is_not_a_victim_in_part() -> None:
+    """Its other members are not evicted either: that would break a gang Kueue admitted."""
+    h = full_cluster(nodes=2)
+    h.gang("ml/mixed", 2)
+    h.add(pod("mixed-0", "ml/mixed", gpus=8, priority=0, labels=KUEUE))
+    h.add(pod("mixed-1", "ml/mixed", gpus=8, priority=0))
+    h.run()
+    assert node_load(h) == {"n0": 8, "n1": 8}
+    high_gang(h)
+    assert not preempts(h.run())

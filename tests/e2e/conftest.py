@@ -21,6 +21,7 @@ import pytest
 
 from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.jobset import JobSet
+from gangsched_dev.devcluster.lws import LeaderWorkerSet
 
 from .kube import wait_for
 from .kube_scheduler import KubeScheduler
@@ -69,12 +70,22 @@ def controller_manager(control_plane: ControlPlane) -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def jobset(controller_manager: ControlPlane) -> Iterator[JobSet]:
-    """The JobSet manager (sigs.k8s.io/jobset, built by hack/jobset.sh, or from
+    """The JobSet manager (sigs.k8s.io/jobset, built by hack/controllers.sh, or from
     $GANGSCHED_JOBSET_BIN) beside the session's control plane, with its CRD and webhooks, for
     the tests of one module; its Jobs' pods come from the Job controller. Stopped when the module
     ends (its webhook configurations removed)."""
     with JobSet(controller_manager) as js:
         yield js
+
+
+@pytest.fixture(scope="module")
+def lws(controller_manager: ControlPlane) -> Iterator[LeaderWorkerSet]:
+    """The LeaderWorkerSet manager (sigs.k8s.io/lws, built by hack/controllers.sh, or from
+    $GANGSCHED_LWS_BIN) with gang scheduling on (Volcano PodGroups), beside the session's
+    control plane, for the tests of one module; its pods come from the StatefulSet controller.
+    Stopped when the module ends (its webhook configurations removed)."""
+    with LeaderWorkerSet(controller_manager) as manager:
+        yield manager
 
 
 def free_port() -> int:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import ssl
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -178,3 +181,76 @@ def upstream_podgroup(ns: str, version: str, name: str, policy: dict[str, Any]) 
         "metadata": {"name": name, "namespace": ns},
         "spec": {**ref, "schedulingPolicy": policy},
     }
+
+
+class PodEvents:
+    """The namespace's pod watch events, in the API server's order, from a resourceVersion
+    taken before anything was created: no event is missed, however late the watch connects.
+    Each pod's latest object is kept too (:meth:`latest`)."""
+
+    def __init__(self, cp: ControlPlane, ns: str, seconds: int) -> None:
+        rv = cp.kubectl_json("get", "pods", "-n", ns)["metadata"]["resourceVersion"]
+        query = urllib.parse.urlencode(
+            {"watch": "1", "resourceVersion": rv, "timeoutSeconds": str(seconds)}
+        )
+        self._request = urllib.request.Request(
+            f"{cp.server}/api/v1/namespaces/{ns}/pods?{query}",
+            headers={"Authorization": f"Bearer {cp.token}"},
+        )
+        self._context = ssl.create_default_context(cafile=str(cp.ca_file))
+        self._seconds = seconds
+        self._lock = threading.Lock()
+        self._events: list[tuple[str, str, str]] = []
+        self._objects: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with urllib.request.urlopen(
+            self._request, context=self._context, timeout=self._seconds + 10
+        ) as resp:
+            for line in resp:
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                name = (obj.get("metadata") or {}).get("name", "")
+                node = (obj.get("spec") or {}).get("nodeName", "")
+                with self._lock:
+                    self._events.append((str(event.get("type")), name, node))
+                    self._objects.append(obj)
+
+    def events(self) -> list[tuple[str, str, str]]:
+        """(type, pod, spec.nodeName) of every event seen so far, in order."""
+        with self._lock:
+            return list(self._events)
+
+    def objects(self) -> list[tuple[str, dict[str, Any]]]:
+        """(type, pod object) of every event seen so far, in order."""
+        with self._lock:
+            return [(t, o) for (t, _, _), o in zip(self._events, self._objects, strict=True)]
+
+
+def gang_bindings(
+    watch: PodEvents, gang_of: Callable[[Mapping[str, Any]], str | None]
+) -> dict[str, tuple[set[str], set[str]]]:
+    """gang -> (the pods of the gang that existed when its first member was bound, the pods
+    of the gang ever bound), from the watch in the API server's order. ``gang_of`` names a
+    pod's gang (None: not in one). A pod is counted as existing from its ADDED event until
+    its DELETED one; a gang bound whole has every member in the first set."""
+    alive: dict[str, set[str]] = {}
+    first: dict[str, set[str]] = {}
+    placed: dict[str, set[str]] = {}
+    for kind, obj in watch.objects():
+        gang = gang_of(obj)
+        if gang is None:
+            continue
+        name = obj["metadata"]["name"]
+        members = alive.setdefault(gang, set())
+        if kind == "DELETED":
+            members.discard(name)
+            continue
+        members.add(name)
+        if (obj.get("spec") or {}).get("nodeName"):
+            if gang not in first:
+                first[gang] = set(members)
+            placed.setdefault(gang, set()).add(name)
+    return {g: (first[g], placed[g]) for g in first}

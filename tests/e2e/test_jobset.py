@@ -10,11 +10,6 @@ ones a Job owns, so the Jobs and the JobSet complete.
 
 from __future__ import annotations
 
-import json
-import ssl
-import threading
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -26,7 +21,18 @@ from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.jobset import API_VERSION, JOB_KEY_LABEL, JOBSET_NAME_LABEL, JobSet
 
 from .conftest import SchedulerProcess
-from .kube import bound, condition, create, get_pg, pod, podgroup, pods, refused, wait_for
+from .kube import (
+    PodEvents,
+    bound,
+    condition,
+    create,
+    get_pg,
+    pod,
+    podgroup,
+    pods,
+    refused,
+    wait_for,
+)
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -112,44 +118,6 @@ def finishes(cp: ControlPlane, ns: str, jobset: str, group: str, size: int) -> N
     )
     status = get_pg(cp, ns, group)["status"]
     assert (status["succeeded"], status["failed"]) == (size, 0)
-
-
-class PodEvents:
-    """The namespace's pod watch events, in the API server's order, from a resourceVersion
-    taken before anything was created: no event is missed, however late the watch connects."""
-
-    def __init__(self, cp: ControlPlane, ns: str, seconds: int) -> None:
-        rv = cp.kubectl_json("get", "pods", "-n", ns)["metadata"]["resourceVersion"]
-        query = urllib.parse.urlencode(
-            {"watch": "1", "resourceVersion": rv, "timeoutSeconds": str(seconds)}
-        )
-        self._request = urllib.request.Request(
-            f"{cp.server}/api/v1/namespaces/{ns}/pods?{query}",
-            headers={"Authorization": f"Bearer {cp.token}"},
-        )
-        self._context = ssl.create_default_context(cafile=str(cp.ca_file))
-        self._seconds = seconds
-        self._lock = threading.Lock()
-        self._events: list[tuple[str, str, str]] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        with urllib.request.urlopen(
-            self._request, context=self._context, timeout=self._seconds + 10
-        ) as resp:
-            for line in resp:
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                name = (obj.get("metadata") or {}).get("name", "")
-                node = (obj.get("spec") or {}).get("nodeName", "")
-                with self._lock:
-                    self._events.append((str(event.get("type")), name, node))
-
-    def events(self) -> list[tuple[str, str, str]]:
-        """(type, pod, spec.nodeName) of every event seen so far, in order."""
-        with self._lock:
-            return list(self._events)
 
 
 def test_jobset_gang_binds_whole_and_completes(

@@ -94,13 +94,21 @@ class Preemption:
         if any(p.preemption_policy == "Never" for p in h.pending):
             return "not eligible due to preemptionPolicy=Never"
         plan = None
+        spared = 0
         if not fits_nowhere(self._finder, h.pending):
             plan = self.preemptor.plan(gang, h, priority, self.awaited_by.keys())
+            spared = self.preemptor.kueue_spared
         if plan is None:
-            return (
+            why_not = (
                 f"no running pods of lower priority (below {priority}) whose eviction would "
                 "make room for the whole gang"
             )
+            if spared:
+                why_not += (
+                    f" ({spared} running pod(s) of lower priority were admitted by Kueue, "
+                    "which alone preempts them)"
+                )
+            return why_not
         # Assumed with the victims lifted, so the placements take the devices the victims
         # free; the victims are counted again on their own devices until they are gone.
         going = [uid for u in plan.victims for uid in u.uids] + list(plan.awaited)

@@ -116,7 +116,7 @@ class Reservations:
 
         self.filter.current = None  # the search sees the cluster without any reservation
         promised = self._preemption.awaited_by.keys()
-        plan = self._preemptor.plan(gang, h, priority + 1, promised, keep_first)
+        plan = self._preemptor.plan(gang, h, priority + 1, promised, keep_first, evicting=False)
         if plan is None or not (plan.victims or plan.awaited):
             self.filter.current = current
             return
