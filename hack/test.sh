@@ -4,8 +4,9 @@
 #   bash hack/test.sh -k gang    extra arguments go to pytest
 # End-to-end tests need kube-apiserver, etcd, kubectl, kwok, kube-scheduler and
 # kube-controller-manager: hack/control-plane.sh builds them from Go modules once (about 10 minutes
-# on 2 cores) and caches them by version; the JobSet, LeaderWorkerSet and Kueue tests need those
-# managers: hack/controllers.sh builds each the same way; the chart checks need helm: hack/helm.sh
+# on 2 cores) and caches them by version; the JobSet, LeaderWorkerSet, Kueue, Kubeflow Trainer and
+# MPI operator tests need those controllers: hack/controllers.sh builds each the same way (about 10
+# minutes for all five on 2 cores, cold); the chart checks need helm: hack/helm.sh
 # (2 to 4 minutes).
 #   GANGSCHED_TEST_NEXT_K8S=1 bash hack/test.sh   also builds Kubernetes 1.37 (about 15 more
 #   minutes, cached) so that tests/e2e/test_kubernetes_next.py reruns the upstream gang API's
@@ -47,10 +48,13 @@ if [ "${GANGSCHED_TEST_NEXT_K8S:-}" = 1 ]; then
   echo "== control plane, Kubernetes 1.37 (build or reuse)" >&2
   bash hack/control-plane.sh 1.37 >/dev/null
 fi
-echo "== JobSet, LeaderWorkerSet, Kueue (build or reuse)" >&2
+echo "== JobSet, LeaderWorkerSet, Kueue, Kubeflow Trainer, MPI operator (build or reuse)" >&2
 GANGSCHED_JOBSET_BIN=$(bash hack/controllers.sh jobset)
 GANGSCHED_LWS_BIN=$(bash hack/controllers.sh lws)
 GANGSCHED_KUEUE_BIN=$(bash hack/controllers.sh kueue)
-export GANGSCHED_JOBSET_BIN GANGSCHED_LWS_BIN GANGSCHED_KUEUE_BIN
+GANGSCHED_TRAINER_BIN=$(bash hack/controllers.sh trainer)
+GANGSCHED_MPI_BIN=$(bash hack/controllers.sh mpi)
+export GANGSCHED_JOBSET_BIN GANGSCHED_LWS_BIN GANGSCHED_KUEUE_BIN GANGSCHED_TRAINER_BIN \
+  GANGSCHED_MPI_BIN
 echo "== pytest" >&2
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -6,7 +6,8 @@
 #   <name>-manager                 the controller manager binary (`go build` of the module's
 #                                  main package with the module's own go.mod pins)
 #   crds/*.yaml                    the module's CRDs (controller-gen's bases)
-#   webhook/manifests.yaml         the module's webhook configurations (paths and rules)
+#   webhook/manifests.yaml         the module's webhook configurations (paths and rules), where
+#                                  it has webhooks
 #   webhook/patches/*.yaml         the kustomize patches the module applies to them, where it
 #                                  has any (mutating-*.yaml, validating-*.yaml)
 #
@@ -16,8 +17,11 @@
 #   jobset  sigs.k8s.io/jobset  v0.12.0
 #   lws     sigs.k8s.io/lws     v0.9.0   (LeaderWorkerSet; v0.10.0 is refused by the proxy)
 #   kueue   sigs.k8s.io/kueue   v0.19.2  (v0.19.3 and v0.20 are refused by the proxy)
-# All three pin the same Kubernetes libraries, so the second and third builds reuse most of
-# the first one's compiled packages (Go's build cache).
+#   trainer github.com/kubeflow/trainer/v2  v2.3.0  (Kubeflow Trainer; v2.3.1 and v2.4 are refused)
+#   mpi     github.com/kubeflow/mpi-operator  v0.8.0  (the MPI operator, on client-go v0.35:
+#           no release on v0.36 yet; it has no webhooks)
+# All but the MPI operator pin the same Kubernetes libraries, so each build after the first
+# reuses most of the first one's compiled packages (Go's build cache).
 #
 # Output: ${GANGSCHED_<NAME>_CACHE:-$HOME/.cache/gangsched/<name>}/<version>/
 # The output directory is printed as the last line of stdout; all progress goes to stderr.
@@ -36,7 +40,7 @@ set -euo pipefail
 log() { printf '[controllers] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-if (($# < 1 || $# > 2)); then die "usage: $0 jobset|lws|kueue [VERSION]"; fi
+if (($# < 1 || $# > 2)); then die "usage: $0 jobset|lws|kueue|trainer|mpi [VERSION]"; fi
 NAME="$1"
 # Per controller (globs quoted: they are expanded in the module's directory): module, default version, main package, CRD files, webhook manifests, the
 # directory of the webhook patches, and the version variable ldflags sets.
@@ -59,7 +63,19 @@ case "$NAME" in
     WEBHOOKS=config/components/webhook/manifests.yaml
     PATCHES=()
     ;;
-  *) die "unknown controller $NAME (jobset, lws or kueue)" ;;
+  trainer)
+    MODULE=github.com/kubeflow/trainer/v2 DEFAULT=v2.3.0 MAIN=./cmd/trainer-controller-manager
+    CRDS=('manifests/base/crds/trainer.kubeflow.org_*.yaml')
+    WEBHOOKS=manifests/base/webhook/manifests.yaml
+    PATCHES=()  # they only rename the service and the configurations
+    ;;
+  mpi)
+    MODULE=github.com/kubeflow/mpi-operator DEFAULT=v0.8.0 MAIN=./cmd/mpi-operator
+    CRDS=(manifests/base/kubeflow.org_mpijobs.yaml)
+    WEBHOOKS=""
+    PATCHES=()
+    ;;
+  *) die "unknown controller $NAME (jobset, lws, kueue, trainer or mpi)" ;;
 esac
 UPPER="$(printf '%s' "$NAME" | tr '[:lower:]' '[:upper:]')"
 version_var="GANGSCHED_${UPPER}_VERSION"
@@ -93,8 +109,8 @@ JOBS="${GANGSCHED_BUILD_JOBS:-$((ncpu < 2 ? ncpu : 2))}"
 OUT_DIR="$CACHE_ROOT/$VERSION"
 
 complete_dir() {
-  [[ -x "$OUT_DIR/$BINARY" && -s "$OUT_DIR/webhook/manifests.yaml" ]] \
-    && compgen -G "$OUT_DIR/crds/*.yaml" >/dev/null
+  [[ -x "$OUT_DIR/$BINARY" ]] && compgen -G "$OUT_DIR/crds/*.yaml" >/dev/null \
+    && { [[ -z "$WEBHOOKS" ]] || [[ -s "$OUT_DIR/webhook/manifests.yaml" ]]; }
 }
 
 if complete_dir; then
@@ -126,7 +142,7 @@ dir="$(cd "$WORK" && "$GO" mod download -json "$MODULE@$VERSION" \
   | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')" \
   || die "go mod download $MODULE@$VERSION failed (is the Go module proxy reachable?)"
 [[ -d "$dir" ]] || die "$MODULE@$VERSION: module directory not found"
-[[ -s "$dir/$WEBHOOKS" ]] || die "$MODULE@$VERSION has no $WEBHOOKS"
+[[ -z "$WEBHOOKS" || -s "$dir/$WEBHOOKS" ]] || die "$MODULE@$VERSION has no $WEBHOOKS"
 
 log "building $BINARY from $MODULE@$VERSION"
 mkdir -p "$WORK/out/crds" "$WORK/out/webhook/patches"
@@ -142,7 +158,7 @@ for f in "${CRDS[@]}"; do
     cp "$g" "$WORK/out/crds/"
   done)
 done
-cp "$dir/$WEBHOOKS" "$WORK/out/webhook/manifests.yaml"
+if [[ -n "$WEBHOOKS" ]]; then cp "$dir/$WEBHOOKS" "$WORK/out/webhook/manifests.yaml"; fi
 for f in "${PATCHES[@]}"; do
   (cd "$dir" && for g in $f; do
     if [[ -s "$g" ]]; then cp "$g" "$WORK/out/webhook/patches/"; fi

@@ -86,10 +86,11 @@ def binary_name(name: str) -> str:
 
 
 def _missing(name: str, bin_dir: Path) -> list[str]:
+    """What a build directory lacks (a controller without webhooks has no webhook manifests)."""
     missing = [] if os.access(bin_dir / binary_name(name), os.X_OK) else [binary_name(name)]
     if not any((bin_dir / CRD_DIR).glob("*.yaml")):
         missing.append(f"{CRD_DIR}/*.yaml")
-    return missing + [f for f in (WEBHOOK_MANIFESTS,) if not (bin_dir / f).is_file()]
+    return missing
 
 
 @functools.cache
@@ -270,11 +271,11 @@ class GoManager:
 
     def configuration(
         self, *, webhook_port: int, cert_dir: Path, probe_port: int
-    ) -> dict[str, Any]:
-        """The manager's ``Configuration`` (read with ``--config``)."""
+    ) -> dict[str, Any] | None:
+        """The manager's ``Configuration`` (read with ``--config``; None: it has none)."""
         raise NotImplementedError
 
-    def argv(self, binary: Path, *, config_file: Path) -> list[str]:
+    def argv(self, binary: Path, *, config_file: Path | None) -> list[str]:
         """The manager's command line: everything but the kubeconfig is in the config file."""
         return [
             str(binary),
@@ -283,6 +284,15 @@ class GoManager:
             "--zap-devel",
         ]
 
+    @property
+    def cert_dir(self) -> Path:
+        """Where the serving certificate is written (``tls.crt``, ``tls.key``)."""
+        return self.workdir / "certs"
+
+    def env(self) -> dict[str, str] | None:
+        """The manager's environment (None: this process's)."""
+        return None
+
     def keep_webhook(self, hook: Mapping[str, Any]) -> bool:
         """Whether to register one webhook of the module's manifests (all, unless a subclass
         serves only some: a webhook whose path nothing serves would refuse what it matches)."""
@@ -290,7 +300,8 @@ class GoManager:
         return True
 
     def webhooks_answer(self) -> bool:
-        """Whether the API server reaches the registered webhooks."""
+        """Whether the API server reaches the registered webhooks (a manager with webhooks
+        says how it knows)."""
         raise NotImplementedError
 
     # ---- the rest
@@ -336,21 +347,24 @@ class GoManager:
         self.stop()
 
     def start(self) -> Self:
-        """Install the CRDs, start the manager, register its webhooks; return once the API
-        server reaches them."""
+        """Install the CRDs, start the manager, register its webhooks (where it has any);
+        return once it is ready (:meth:`ready`) and the API server reaches its webhooks."""
         if self.is_running():
             raise ManagerError(f"{self.TITLE} is already running")
         binary = self.bin_dir / binary_name(self.NAME)
         self.install_crds()
         self.workdir.mkdir(parents=True, exist_ok=True)
-        cert_dir = self.workdir / "certs"
-        ca_bundle = write_serving_cert(cert_dir, self.NAME)
+        webhooks = (self.bin_dir / WEBHOOK_MANIFESTS).is_file()
+        cert_dir = self.cert_dir
+        ca_bundle = write_serving_cert(cert_dir, self.NAME) if webhooks else b""
         self.webhook_port, self.probe_port = free_ports(2)
-        config_file = self.workdir / "config.yaml"
         config = self.configuration(
             webhook_port=self.webhook_port, cert_dir=cert_dir, probe_port=self.probe_port
         )
-        config_file.write_text(json.dumps(config, indent=2) + "\n")
+        config_file = None
+        if config is not None:
+            config_file = self.workdir / "config.yaml"
+            config_file.write_text(json.dumps(config, indent=2) + "\n")
         args = self.argv(binary, config_file=config_file)
         log.debug("starting %s: %s", self.TITLE, " ".join(args))
         with self.log_path.open("ab") as out:
@@ -362,27 +376,35 @@ class GoManager:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.workdir,
+                env=self.env(),
             )
         try:
-            self._wait("/readyz (its webhook server listening)", lambda: _readyz(self.probe_port))
-            self._wait(
-                f"a TLS handshake on its webhook port {self.webhook_port}",
-                lambda: _webhook_serves(self.webhook_port, cert_dir / "tls.crt"),
-            )
-            configs = webhook_configurations(
-                self.bin_dir,
-                name=self.webhook_configuration,
-                port=self.webhook_port,
-                ca_bundle=ca_bundle,
-                keep=self.keep_webhook,
-            )
-            for doc in configs:
-                self.cp.kubectl("apply", "-f", "-", input=json.dumps(doc))
-            self._wait("the API server to reach its webhooks", self.webhooks_answer)
+            self._wait(self.READY, self.ready)
+            if webhooks:
+                self._wait(
+                    f"a TLS handshake on its webhook port {self.webhook_port}",
+                    lambda: _webhook_serves(self.webhook_port, cert_dir / "tls.crt"),
+                )
+                configs = webhook_configurations(
+                    self.bin_dir,
+                    name=self.webhook_configuration,
+                    port=self.webhook_port,
+                    ca_bundle=ca_bundle,
+                    keep=self.keep_webhook,
+                )
+                for doc in configs:
+                    self.cp.kubectl("apply", "-f", "-", input=json.dumps(doc))
+                self._wait("the API server to reach its webhooks", self.webhooks_answer)
         except BaseException:
             self.stop()
             raise
         return self
+
+    READY: ClassVar[str] = "/readyz (its webhook server listening)"
+
+    def ready(self) -> bool:
+        """Whether the manager is ready (controller-runtime's ``/readyz``)."""
+        return _readyz(self.probe_port)
 
     def install_crds(self) -> None:
         """Apply the CRDs of this version and wait until they are established."""

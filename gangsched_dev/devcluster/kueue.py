@@ -104,7 +104,7 @@ class Kueue(GoManager):
             **self.settings,
         }
 
-    def argv(self, binary: Path, *, config_file: Path) -> list[str]:
+    def argv(self, binary: Path, *, config_file: Path | None) -> list[str]:
         """The manager's command line, run inside a mount namespace whose ``/etc`` has the
         serving certificate at ``/etc/kueue/metrics/certs`` (see the module docstring)."""
         if shutil.which("unshare") is None:
@@ -113,7 +113,7 @@ class Kueue(GoManager):
             "mount -t tmpfs tmpfs /etc && mkdir -p /etc/kueue/metrics/certs && "
             'cp "$0/tls.crt" "$0/tls.key" /etc/kueue/metrics/certs/ && exec "$@"'
         )
-        cert_dir = self.workdir / "certs"
+        cert_dir = self.cert_dir
         return [
             *["unshare", "--user", "--map-root-user", "--mount", "--", "sh", "-c", setup],
             str(cert_dir),

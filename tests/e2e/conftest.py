@@ -22,6 +22,8 @@ import pytest
 from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.jobset import JobSet
 from gangsched_dev.devcluster.lws import LeaderWorkerSet
+from gangsched_dev.devcluster.mpi import MPIOperator
+from gangsched_dev.devcluster.trainer import Trainer
 
 from .kube import wait_for
 from .kube_scheduler import KubeScheduler
@@ -85,6 +87,25 @@ def lws(controller_manager: ControlPlane) -> Iterator[LeaderWorkerSet]:
     control plane, for the tests of one module; its pods come from the StatefulSet controller.
     Stopped when the module ends (its webhook configurations removed)."""
     with LeaderWorkerSet(controller_manager) as manager:
+        yield manager
+
+
+@pytest.fixture(scope="module")
+def trainer(jobset: JobSet) -> Iterator[Trainer]:
+    """Kubeflow Trainer (github.com/kubeflow/trainer/v2, built by hack/controllers.sh, or from
+    $GANGSCHED_TRAINER_BIN) beside the session's control plane and the JobSet manager, for the
+    tests of one module: TrainJobs become JobSets, their Jobs' pods come from the Job
+    controller. Stopped when the module ends (its webhook configurations removed)."""
+    with Trainer(jobset.cp) as manager:
+        yield manager
+
+
+@pytest.fixture(scope="module")
+def mpi_operator(controller_manager: ControlPlane) -> Iterator[MPIOperator]:
+    """The MPI operator (github.com/kubeflow/mpi-operator, built by hack/controllers.sh, or
+    from $GANGSCHED_MPI_BIN) with ``--gang-scheduling=gangsched``, for the tests of one module:
+    it makes the workers' pods and the launcher's Job. Stopped when the module ends."""
+    with MPIOperator(controller_manager) as manager:
         yield manager
 
 
