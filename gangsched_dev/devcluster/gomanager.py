@@ -196,6 +196,24 @@ def webhook_configurations(
     return out
 
 
+def kubebuilder_configuration(
+    api_version: str, *, webhook_port: int, cert_dir: Path, probe_port: int
+) -> dict[str, Any]:
+    """The ``Configuration`` that kubebuilder-made managers (JobSet, LWS, Kueue) share, for a
+    manager outside the cluster: webhooks on loopback from ``cert_dir``, internal certificate
+    management off (it targets an in-cluster Service and Secret), one manager so no leader
+    election, metrics off (``"0"``, so they need no certificate of their own)."""
+    return {
+        "apiVersion": api_version,
+        "kind": "Configuration",
+        "internalCertManagement": {"enable": False},
+        "leaderElection": {"leaderElect": False},
+        "webhook": {"host": LOOPBACK, "port": webhook_port, "certDir": str(cert_dir)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"{LOOPBACK}:{probe_port}"},
+    }
+
+
 def write_serving_cert(cert_dir: Path, name: str) -> bytes:
     """A self-signed serving certificate for 127.0.0.1 (``tls.crt``/``tls.key``, the names
     controller-runtime's webhook server reads); returns the certificate, the ``caBundle``."""

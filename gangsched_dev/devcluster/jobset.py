@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from gangsched_dev.devcluster.gomanager import LOOPBACK, GoManager
+from gangsched_dev.devcluster.gomanager import GoManager, kubebuilder_configuration
 
 API_VERSION: Final = "jobset.x-k8s.io/v1alpha2"
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
@@ -60,15 +60,12 @@ class JobSet(GoManager):
     ) -> dict[str, Any]:
         """JobSet's ``Configuration``: webhooks on loopback from ``cert_dir``, internal
         certificate management off, no leader election, metrics off (``"0"``)."""
-        return {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-            "kind": "Configuration",
-            "internalCertManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "webhook": {"host": LOOPBACK, "port": webhook_port, "certDir": str(cert_dir)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"{LOOPBACK}:{probe_port}"},
-        }
+        return kubebuilder_configuration(
+            "config.jobset.x-k8s.io/v1alpha1",
+            webhook_port=webhook_port,
+            cert_dir=cert_dir,
+            probe_port=probe_port,
+        )
 
     def webhooks_answer(self) -> bool:
         """A server-side dry-run create calls the mutating then the validating webhook: the

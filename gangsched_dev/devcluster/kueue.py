@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final, Self
 
 from gangsched_dev.devcluster.controlplane import ControlPlane
-from gangsched_dev.devcluster.gomanager import LOOPBACK, GoManager, ManagerError
+from gangsched_dev.devcluster.gomanager import GoManager, ManagerError, kubebuilder_configuration
 
 API_VERSION: Final = "kueue.x-k8s.io/v1beta2"
 QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
@@ -90,15 +90,15 @@ class Kueue(GoManager):
         """Kueue's ``Configuration``: webhooks on loopback from ``cert_dir``, internal
         certificate management off, no leader election, metrics and visibility off, the
         integrations of ``frameworks``; then ``settings``."""
+        config = kubebuilder_configuration(
+            "config.kueue.x-k8s.io/v1beta2",
+            webhook_port=webhook_port,
+            cert_dir=cert_dir,
+            probe_port=probe_port,
+        )
         return {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
+            **config,
             "namespace": NAMESPACE,
-            "internalCertManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "webhook": {"host": LOOPBACK, "port": webhook_port, "certDir": str(cert_dir)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"{LOOPBACK}:{probe_port}"},
             "integrations": {"frameworks": list(self.frameworks)},
             "featureGates": {"VisibilityOnDemand": False},
             **self.settings,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from gangsched_dev.devcluster.gomanager import LOOPBACK, GoManager
+from gangsched_dev.devcluster.gomanager import GoManager, kubebuilder_configuration
 
 API_VERSION: Final = "leaderworkerset.x-k8s.io/v1"
 NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
@@ -53,16 +53,13 @@ class LeaderWorkerSet(GoManager):
         """LWS's ``Configuration``: webhooks on loopback from ``cert_dir``, internal certificate
         management off, no leader election, metrics off, gang scheduling through Volcano
         PodGroups."""
-        return {
-            "apiVersion": "config.lws.x-k8s.io/v1alpha1",
-            "kind": "Configuration",
-            "internalCertManagement": {"enable": False},
-            "leaderElection": {"leaderElect": False},
-            "webhook": {"host": LOOPBACK, "port": webhook_port, "certDir": str(cert_dir)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"{LOOPBACK}:{probe_port}"},
-            "gangSchedulingManagement": {"schedulerProvider": "volcano"},
-        }
+        config = kubebuilder_configuration(
+            "config.lws.x-k8s.io/v1alpha1",
+            webhook_port=webhook_port,
+            cert_dir=cert_dir,
+            probe_port=probe_port,
+        )
+        return {**config, "gangSchedulingManagement": {"schedulerProvider": "volcano"}}
 
     def webhooks_answer(self) -> bool:
         """The mutating webhook gives ``networkConfig.subdomainPolicy: Shared`` (the CRD has no

@@ -254,3 +254,22 @@ def gang_bindings(
                 first[gang] = set(members)
             placed.setdefault(gang, set()).add(name)
     return {g: (first[g], placed[g]) for g in first}
+
+
+def by_label(key: str) -> Callable[[Mapping[str, Any]], str | None]:
+    """A ``gang_of`` for :func:`gang_bindings`: the pod's value of the label ``key``."""
+
+    def gang_of(obj: Mapping[str, Any]) -> str | None:
+        value = (obj.get("metadata", {}).get("labels") or {}).get(key)
+        return str(value) if value else None
+
+    return gang_of
+
+
+def scheduler_plugins_podgroup(cp: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
+    """scheduler-plugins' PodGroup ``name`` (``scheduling.x-k8s.io``), or None."""
+    got = cp.kubectl(
+        "get", "podgroups.scheduling.x-k8s.io", name, "-n", ns, "-o", "json", check=False
+    )
+    found: dict[str, Any] | None = json.loads(got.stdout) if got.returncode == 0 else None
+    return found

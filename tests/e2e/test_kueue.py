@@ -23,12 +23,14 @@ from typing import Any
 import pytest
 
 from gangsched_dev.devcluster import ControlPlane
+from gangsched_dev.devcluster.jobset import JobSet
 from gangsched_dev.devcluster.kueue import API_VERSION, QUEUE_LABEL, Kueue
 
 from .conftest import SchedulerProcess
 from .kube import (
     PodEvents,
     bound,
+    by_label,
     condition,
     create,
     gang_bindings,
@@ -38,6 +40,7 @@ from .kube import (
     refused,
     wait_for,
 )
+from .test_jobset import jobset_condition, jobset_manifest
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -57,9 +60,9 @@ PODS_READY_TIMEOUT = "25s"
 
 
 @pytest.fixture(scope="module")
-def kueue(controller_manager: ControlPlane) -> Iterator[Kueue]:
-    """Kueue v0.19 with its Job and pod integrations, ``waitForPodsReady`` on (a quick
-    requeue), for the tests of this module."""
+def kueue(jobset: JobSet) -> Iterator[Kueue]:
+    """Kueue v0.19 with its Job, JobSet and pod integrations (the JobSet manager runs too),
+    ``waitForPodsReady`` on (a quick requeue), for the tests of this module."""
     settings = {
         "waitForPodsReady": {
             "timeout": PODS_READY_TIMEOUT,
@@ -71,7 +74,8 @@ def kueue(controller_manager: ControlPlane) -> Iterator[Kueue]:
             },
         }
     }
-    with Kueue(controller_manager, frameworks=("batch/job", "pod"), settings=settings) as k:
+    frameworks = ("batch/job", "jobset.x-k8s.io/jobset", "pod")
+    with Kueue(jobset.cp, frameworks=frameworks, settings=settings) as k:
         yield k
 
 
@@ -171,12 +175,12 @@ def job(
     }
 
 
-def pod_group(
-    name: str, ns: str, queue: str, *, n: int, gpus: int, priority_class: str
-) -> list[dict[str, Any]]:
-    """A Kueue pod group of ``n`` plain pods (they run until deleted), also the gangsched
-    PodGroup ``name``."""
-    out = []
+def submit_pod_group(
+    cp: ControlPlane, name: str, ns: str, queue: str, *, n: int, gpus: int, priority_class: str
+) -> None:
+    """A Kueue pod group of ``n`` plain pods (they run until deleted), queued in ``queue``,
+    and the gangsched PodGroup ``name`` they form."""
+    create(cp, podgroup(name, ns, n))
     for i in range(n):
         body = pod(
             f"{name}-{i}",
@@ -187,14 +191,10 @@ def pod_group(
             annotations={POD_GROUP_COUNT: str(n)},
         )
         body["spec"]["priorityClassName"] = priority_class
-        out.append(body)
-    return out
+        create(cp, body)
 
 
-def group_of(obj: Mapping[str, Any]) -> str | None:
-    labels = obj.get("metadata", {}).get("labels") or {}
-    group = labels.get(GROUP_LABEL)
-    return str(group) if group else None
+group_of = by_label(GROUP_LABEL)
 
 
 def workload_of(cp: ControlPlane, ns: str, owner: str) -> dict[str, Any] | None:
@@ -311,6 +311,39 @@ def test_a_job_borrows_from_its_cohort_and_is_placed_whole(
     assert_bound_whole(watch, {"big": 4})
 
 
+def test_a_jobset_is_admitted_by_kueue_and_placed_whole(
+    kueue: Kueue,
+    running_scheduler: SchedulerProcess,
+    ns: str,
+    nodes: Nodes,
+    cluster_scoped: Callable[[dict[str, Any]], None],
+) -> None:
+    """A JobSet of two Jobs of 4 pods naming a LocalQueue: Kueue suspends it, admits it whole
+    (one workload for both Jobs), and gangsched binds its one gang of 8 whole."""
+    cp = kueue.cp
+    sel = nodes(2, gpus=4)
+    cluster_scoped(flavor(f"{ns}-gpu", ns))
+    cluster_scoped(cluster_queue(f"{ns}-cq", f"{ns}-gpu", gpus=8))
+    create(cp, local_queue("q", ns, f"{ns}-cq"))
+    watch = PodEvents(cp, ns, seconds=int(3 * STEP_TIMEOUT))
+    create(cp, podgroup("train", ns, 8))
+    body = jobset_manifest(
+        "train", ns, group="train", selector=sel, replicas=2, parallelism=4, gpus=1
+    )
+    body["metadata"]["labels"] = {QUEUE_LABEL: "q"}
+    created = create(cp, body)
+    assert created["spec"].get("suspend") is True, "Kueue's webhook suspends it"
+    wait_for(
+        "the JobSet to complete",
+        lambda: jobset_condition(cp, ns, "train", "Completed"),
+        STEP_TIMEOUT,
+    )
+    wl = workload_of(cp, ns, "train")
+    assert wl is not None and ((wl.get("status") or {}).get("admission") or {}), wl
+    wait_for("the watch to see the 8 bindings", lambda: bindings_seen(watch) == 8)
+    assert_bound_whole(watch, {"train": 8})
+
+
 # ----------------------------------------------------------------------- waitForPodsReady
 
 
@@ -396,14 +429,10 @@ def test_kueue_preempts_a_lower_priority_workload_and_gangsched_places_the_preem
     cluster_scoped(cluster_queue(f"{ns}-cq", f"{ns}-gpu", gpus=8, preemption=preemption))
     create(cp, local_queue("q", ns, f"{ns}-cq"))
     watch = PodEvents(cp, ns, seconds=int(3 * STEP_TIMEOUT))
-    create(cp, podgroup("low", ns, 4))
-    for body in pod_group("low", ns, "q", n=4, gpus=2, priority_class=low):
-        create(cp, body)
+    submit_pod_group(cp, "low", ns, "q", n=4, gpus=2, priority_class=low)
     wait_for("the low-priority gang to bind", lambda: len(bound(cp, ns)) == 4, STEP_TIMEOUT)
 
-    create(cp, podgroup("high", ns, 4))
-    for body in pod_group("high", ns, "q", n=4, gpus=2, priority_class=high):
-        create(cp, body)
+    submit_pod_group(cp, "high", ns, "q", n=4, gpus=2, priority_class=high)
 
     def running() -> set[str]:
         return {
@@ -456,15 +485,11 @@ def test_gangsched_does_not_evict_pods_that_kueue_admitted(
     cluster_scoped(cluster_queue(f"{ns}-high", f"{ns}-gpu", gpus=8))
     create(cp, local_queue("low", ns, f"{ns}-low"))
     create(cp, local_queue("high", ns, f"{ns}-high"))
-    create(cp, podgroup("low", ns, 4))
-    for body in pod_group("low", ns, "low", n=4, gpus=2, priority_class=low):
-        create(cp, body)
+    submit_pod_group(cp, "low", ns, "low", n=4, gpus=2, priority_class=low)
     wait_for("the low-priority gang to bind", lambda: len(bound(cp, ns)) == 4, STEP_TIMEOUT)
     running = bound(cp, ns)
 
-    create(cp, podgroup("high", ns, 4))
-    for body in pod_group("high", ns, "high", n=4, gpus=2, priority_class=high):
-        create(cp, body)
+    submit_pod_group(cp, "high", ns, "high", n=4, gpus=2, priority_class=high)
     messages = wait_for(
         "the high-priority gang's pods to say why they wait",
         lambda: refused(cp, ns, [f"high-{i}" for i in range(4)], says="admitted by Kueue"),

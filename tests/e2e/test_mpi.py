@@ -12,7 +12,6 @@ workers run, so they wait for ever; ``schedulingPolicy.minAvailable`` = the work
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,7 +19,19 @@ from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.mpi import API_VERSION, MPIOperator
 
 from .conftest import SchedulerProcess
-from .kube import PodEvents, bound, condition, create, gang_bindings, pod, pods, refused, wait_for
+from .kube import (
+    PodEvents,
+    bound,
+    by_label,
+    condition,
+    create,
+    gang_bindings,
+    pod,
+    pods,
+    refused,
+    scheduler_plugins_podgroup,
+    wait_for,
+)
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -66,17 +77,7 @@ def mpi_job(
     }
 
 
-def scheduler_plugins_pg(cp: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
-    got = cp.kubectl(
-        "get", "podgroups.scheduling.x-k8s.io", name, "-n", ns, "-o", "json", check=False
-    )
-    found: dict[str, Any] | None = json.loads(got.stdout) if got.returncode == 0 else None
-    return found
-
-
-def group_of(obj: Mapping[str, Any]) -> str | None:
-    group = (obj.get("metadata", {}).get("labels") or {}).get(PG_LABEL)
-    return str(group) if group else None
+group_of = by_label(PG_LABEL)
 
 
 def succeeded(cp: ControlPlane, ns: str, name: str) -> bool:
@@ -93,7 +94,7 @@ def test_an_mpijob_is_placed_whole_launcher_and_workers(
     watch = PodEvents(cp, ns, seconds=int(3 * STEP_TIMEOUT))
     create(cp, mpi_job("pi", ns, sel, workers=4, gpus=1))
     pg = wait_for(
-        "the operator's PodGroup", lambda: scheduler_plugins_pg(cp, ns, "pi"), STEP_TIMEOUT
+        "the operator's PodGroup", lambda: scheduler_plugins_podgroup(cp, ns, "pi"), STEP_TIMEOUT
     )
     assert pg["spec"]["minMember"] == 5, "4 workers and the launcher"
     made = wait_for(

@@ -10,7 +10,6 @@ a runtime whose trainer nodes wait for an initializer cannot be gang scheduled w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,7 +17,19 @@ from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.trainer import API_VERSION, Trainer
 
 from .conftest import SchedulerProcess
-from .kube import PodEvents, bound, condition, create, gang_bindings, pod, pods, refused, wait_for
+from .kube import (
+    PodEvents,
+    bound,
+    by_label,
+    condition,
+    create,
+    gang_bindings,
+    pod,
+    pods,
+    refused,
+    scheduler_plugins_podgroup,
+    wait_for,
+)
 
 Nodes = Callable[..., dict[str, str]]
 
@@ -75,17 +86,7 @@ def train_job(name: str, ns: str, runtime_name: str, nodes: int, gpus: int) -> d
     }
 
 
-def scheduler_plugins_pg(cp: ControlPlane, ns: str, name: str) -> dict[str, Any] | None:
-    got = cp.kubectl(
-        "get", "podgroups.scheduling.x-k8s.io", name, "-n", ns, "-o", "json", check=False
-    )
-    found: dict[str, Any] | None = json.loads(got.stdout) if got.returncode == 0 else None
-    return found
-
-
-def group_of(obj: Mapping[str, Any]) -> str | None:
-    group = (obj.get("metadata", {}).get("labels") or {}).get(PG_LABEL)
-    return str(group) if group else None
+group_of = by_label(PG_LABEL)
 
 
 def trainjob_complete(cp: ControlPlane, ns: str, name: str) -> bool:
@@ -105,7 +106,7 @@ def test_a_trainjob_with_coscheduling_is_placed_whole(
 
     pg = wait_for(
         "Trainer's scheduler-plugins PodGroup",
-        lambda: scheduler_plugins_pg(cp, ns, "llm"),
+        lambda: scheduler_plugins_podgroup(cp, ns, "llm"),
         STEP_TIMEOUT,
     )
     assert pg["spec"]["minMember"] == 4
@@ -139,7 +140,7 @@ def test_a_runtime_whose_nodes_wait_for_an_initializer_never_starts_under_a_gang
 
     pg = wait_for(
         "Trainer's scheduler-plugins PodGroup",
-        lambda: scheduler_plugins_pg(cp, ns, "staged"),
+        lambda: scheduler_plugins_podgroup(cp, ns, "staged"),
         STEP_TIMEOUT,
     )
     assert pg["spec"]["minMember"] == 3, "the initializer counts"
