@@ -356,13 +356,17 @@ def default_namespace(
 
 def what_if_main(argv: Sequence[str]) -> int:
     """``kubectl gang what-if -f FILE``: what the scheduler would do with the gang in FILE (a
-    PodGroup and its pods), from the live cluster, never writing (gangsched/kube/whatif.py)."""
+    PodGroup and its pods, or a Job or JobSet whose template makes them), from the live cluster,
+    never writing (gangsched/kube/whatif.py)."""
     p = argparse.ArgumentParser(
         prog="kubectl gang what-if",
-        description="What the scheduler would do with a gang (a PodGroup and its pods) if it "
+        description="What the scheduler would do with a gang (a PodGroup and its pods, or a "
+        "Job or JobSet whose template makes them) if it "
         "were submitted now. Reads only; writes nothing.",
     )
-    p.add_argument("-f", "--filename", required=True, help="YAML: a PodGroup and its pods")
+    p.add_argument(
+        "-f", "--filename", required=True, help="YAML: a PodGroup and its pods, Job or JobSet"
+    )
     p.add_argument("-n", "--namespace", default=None, help="for objects that name none")
     p.add_argument("--config", default=None, help="the scheduler's configuration file")
     p.add_argument(

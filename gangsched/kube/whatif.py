@@ -4,8 +4,9 @@ The answer comes from the production core, with the scheduler's own settings, on
 cluster's state as the user's own credentials can read it: the scheduler service's readers
 list what the scheduler watches (nodes, pods, PodGroups of every convention, namespaces,
 disruption budgets, storage and device objects) into a core of this process, the gang's
-PodGroup and pods (from the user's file) are added as the watches would deliver them, and the
-core runs until it has nothing left to decide. Nothing is ever written: the client refuses
+PodGroup and pods (from the user's file; a Job or a JobSet stands for the pods its controller
+would create, whatif_pods.py) are added as the watches would deliver them, and the core runs
+until it has nothing left to decide. Nothing is ever written: the client refuses
 every verb but reads (:class:`ReadOnly`), and no endpoint of the scheduler is involved.
 
 The verdict: whether the gang fits now, and where (the nodes and which members on each); the
@@ -31,6 +32,7 @@ from gangsched.kube.io.client import JSON, ApiError, FenceCheck, KubeClient
 from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.io.times import rfc3339
 from gangsched.kube.service import CRD_SOURCES, SchedulerService
+from gangsched.kube.whatif_pods import expand
 from gangsched.kube.write.binder import Binder
 from gangsched.kube.write.reporter import Reporter
 from gangsched.settings import Settings, load_settings
@@ -144,9 +146,12 @@ def _prepare(objs: Sequence[JSON], default_ns: str) -> list[JSON]:
 async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], ns: str) -> Verdict:
     """The verdict for the gang of ``objs`` (a PodGroup and its pods), see the module's
     docstring. Raises ``ValueError`` when the objects hold no PodGroup or no pod."""
+    objs, expanded = expand(objs, ns)
     kinds = [str(o.get("kind", "")) for o in objs]
     if "PodGroup" not in kinds or "Pod" not in kinds:
-        raise ValueError("what-if needs a PodGroup and its pods (kind PodGroup and kind Pod)")
+        raise ValueError(
+            "what-if needs a PodGroup and its pods (kind PodGroup, and kind Pod, Job or JobSet)"
+        )
     objs = _prepare(objs, ns)
     key = _gang_key(objs, ns)
     read = ReadOnly(client)
@@ -158,7 +163,7 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
         Reporter(read, Outbox(), "what-if"),
         gpu_labels=GpuLabels(settings.gpu_model_label, settings.gpu_memory_label),
     )
-    verdict = Verdict(key)
+    verdict = Verdict(key, notes=expanded)
     for r in service.reflectors:
         try:
             await r.list_all()

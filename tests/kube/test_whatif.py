@@ -80,3 +80,51 @@ async def test_the_read_only_client_refuses_every_write() -> None:
     ):
         with pytest.raises(WriteRefusedError):
             await write
+
+
+def job_gang(gpus: int, kind: str) -> list[dict[str, Any]]:
+    """The PodGroup ``train`` of 4 and a Job (or a JobSet of two Jobs) whose template makes
+    its members."""
+    template = members("train", 1, gpus=gpus)[0]
+    template_meta = {"labels": template["metadata"]["labels"]}
+    job_spec: dict[str, Any] = {
+        "parallelism": 4 if kind == "Job" else 2,
+        "completions": 4 if kind == "Job" else 2,
+        "completionMode": "Indexed",
+        "template": {"metadata": template_meta, "spec": template["spec"]},
+    }
+    if kind == "Job":
+        workload = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"}}
+        workload["spec"] = job_spec
+    else:
+        workload = {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "kind": "JobSet",
+            "metadata": {"name": "train"},
+            "spec": {
+                "replicatedJobs": [
+                    {"name": "workers", "replicas": 2, "template": {"spec": job_spec}}
+                ]
+            },
+        }
+    pg = podgroup("train", 4)
+    pg["metadata"].pop("namespace", None)
+    return [pg, workload]
+
+
+@pytest.mark.parametrize("kind", ["Job", "JobSet"])
+async def test_a_job_or_jobset_stands_for_the_pods_its_controller_would_make(kind: str) -> None:
+    kube = cluster()
+    v = await what_if(kube, _settings(), job_gang(2, kind), "ml")  # type: ignore[arg-type]
+    assert v.fits, v.reason
+    placed = sorted(p for pods in v.nodes.values() for p in pods)
+    expected = (
+        ["train-0", "train-1", "train-2", "train-3"]
+        if kind == "Job"
+        else ["train-workers-0-0", "train-workers-0-1", "train-workers-1-0", "train-workers-1-1"]
+    )
+    assert placed == expected and set(v.nodes) == {"n1"}
+    assert f"{kind} train: 4 pod(s) from its template" in v.notes
+    assert {r.verb for r in kube.requests} <= {"list", "get"}
+    v = await what_if(cluster(), _settings(), job_gang(4, kind), "ml")  # type: ignore[arg-type]
+    assert not v.fits and "needs 16 nvidia.com/gpu" in v.reason
