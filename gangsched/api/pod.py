@@ -39,7 +39,7 @@ from gangsched.api.gpushare import devices_from
 from gangsched.api.membership import Membership, resolve_membership, scheduling_group
 from gangsched.api.requests import effective_requests, zero_share
 from gangsched.api.spread import spread
-from gangsched.api.topology import completion_index, kueue_domain
+from gangsched.api.topology import completion_index, kueue_domain, lws_leader_first
 from gangsched.api.volumes import pod_volumes
 from gangsched.core.model import HostPort, Pod, PodPhase
 from gangsched.core.quantity import QuantityError
@@ -246,6 +246,7 @@ def _pod_from(obj: Obj) -> PodRead:
     def topology() -> None:
         pod.index = completion_index(annotations, labels)
         pod.domain = kueue_domain(annotations)
+        pod.leader_first = lws_leader_first(annotations, labels)
 
     # Each part on its own, so that one bad field leaves the others read (a bound pod with a
     # bad spread constraint still holds its host ports) and every problem is reported.

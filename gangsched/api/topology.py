@@ -6,6 +6,8 @@
   ``spec.schedulingConstraints.topology[0].key``, every member in one domain of it (required).
 - Kueue's podset annotations on the pods: ``kueue.x-k8s.io/podset-required-topology``,
   ``podset-preferred-topology``, ``podset-slice-required-topology`` with ``podset-slice-size``.
+- LeaderWorkerSet's ``leaderworkerset.sigs.k8s.io/exclusive-topology`` on a group's leader
+  (with ``leaderworkerset.sigs.k8s.io/size``): a leader-first gang (core/leaderfirst.py).
 
 Every reader raises ``ValueError`` naming the field for what it cannot honour.
 """
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from gangsched.core.labels import valid_label_key
-from gangsched.core.model import DomainConstraint
+from gangsched.core.model import DomainConstraint, LeaderFirst
 
 __all__ = [
     "COMPLETION_INDEX",
@@ -174,3 +176,27 @@ def completion_index(annotations: Mapping[str, str], labels: Mapping[str, str]) 
     back to pod names, which is not an error)."""
     raw = annotations.get(COMPLETION_INDEX, labels.get(COMPLETION_INDEX, ""))
     return int(raw) if raw.isdigit() else -1
+
+
+# LeaderWorkerSet: the exclusive topology of a group, its size, and the worker index (0: leader)
+LWS_EXCLUSIVE: Final = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
+LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def lws_leader_first(
+    annotations: Mapping[str, str], labels: Mapping[str, str]
+) -> LeaderFirst | None:
+    """The leader of a LeaderWorkerSet group with exclusive topology (LWS creates the group's
+    workers only once the leader is bound, pinned to its domain), or None. Raises
+    ``ValueError`` for an unreadable topology key or size."""
+    level = annotations.get(LWS_EXCLUSIVE)
+    if level is None or labels.get(LWS_WORKER_INDEX) != "0":
+        return None
+    field = "metadata.annotations"
+    key = _label_key(level, f"{field}[{LWS_EXCLUSIVE}]")
+    raw = annotations.get(LWS_SIZE, "")
+    if not raw.isdigit():
+        raise ValueError(f"{field}[{LWS_SIZE}]: expected the group's size, got {shown(raw)}")
+    size = int(raw)
+    return LeaderFirst(key, size) if size >= 2 else None

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.domains import candidate_domains, fallback_levels, slices_of, want_of
-from gangsched.core.gang import Gang, Holdings, shortfall
-from gangsched.core.model import DomainConstraint, GangMode, Pod
+from gangsched.core.gang import Gang, Hold, Holdings, shortfall
+from gangsched.core.leaderfirst import applies, stand_ins, worker_shape
+from gangsched.core.model import DomainConstraint, GangMode, LeaderFirst, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.plugins.dynamic_resources import dra_note
 from gangsched.core.queue import Wake
-from gangsched.core.resources import ResourceList, format_amount
+from gangsched.core.resources import ResourceList, add_into, format_amount
 from gangsched.core.snapshot import CycleSnapshot
 
 __all__ = ["Attempt", "GangCycle", "gated_message", "least_requests", "shortage"]
@@ -41,6 +42,9 @@ class Attempt:
     wake: Wake = Wake.CLUSTER
     unplaced: list[Pod] = field(default_factory=list)
     domain: str = ""  # "level=value" the gang was placed in, when it asked for one
+    # A leader-first gang's leader placed alone: the room for its members to come, to hold
+    # once it binds (core/leaderfirst.py)
+    hold: Hold | None = None
 
     @property
     def failed(self) -> bool:
@@ -109,6 +113,9 @@ class GangCycle:
                     ),
                     wake=Wake.GANG,
                 )
+            lf = applies(gang, h)
+            if lf is not None:
+                return self._leader_first(gang, h, lf)
             return Attempt(
                 reason="WaitingForMembers",
                 message=_members_message(spec.min_member, h, bool(spec.roles)),
@@ -197,6 +204,70 @@ class GangCycle:
             reason="Unschedulable",
             message=_unplaced_message(len(placed.unplaced), total, spec.min_member, h.held, why),
             unplaced=placed.unplaced,
+        )
+
+    # ---- leader-first gangs (core/leaderfirst.py) --------------------------------------
+    def _leader_first(self, gang: Gang, h: Holdings, lf: LeaderFirst) -> Attempt:
+        """Place the leader alone where one domain of ``lf.level`` holds the whole group: the
+        leader, then a stand-in for each member to come, each where the finder puts it in
+        that domain; the tightest domain first. The stand-ins are taken out again (a cycle
+        changes nothing but its placements): the attempt carries them, for Permit to hold."""
+        spec = gang.spec
+        assert spec is not None
+        leader = h.pending[0]
+        count = lf.size - 1
+        shape = worker_shape(leader, lf.size, spec.min_resources)
+        want = dict(leader.requests)
+        for _ in range(count):
+            add_into(want, shape)
+        cache = self._cache
+        found = candidate_domains(lf.level, cache.domain_free(lf.level), want)
+        what = f"the leader and {count} member(s) to come"
+        if not found.order:
+            return Attempt(
+                reason="Unschedulable",
+                message=f"no {lf.level} domain holds the group ({what}): {found.why_none}",
+                unplaced=[leader],
+            )
+        domains = cache.domain_nodes(lf.level)
+        why = ""
+        for value in found.order:
+            nodes = domains.get(value, ())
+            snapshot = CycleSnapshot(cache)
+            spot = self._finder.find(leader, nodes)
+            if spot is None:
+                why = why or f"{lf.level}={value}: " + self._finder.diagnose(leader, nodes)
+                continue
+            snapshot.place(leader.uid, spot.name)
+            pods = stand_ins(leader, shape, count, lf.level, value)
+            placed: dict[str, str] = {}
+            try:
+                for pod in pods:
+                    cache.upsert_pod(pod)
+                    info = self._finder.find(pod, nodes)
+                    if info is None:
+                        why = why or (
+                            f"{lf.level}={value}: room for {len(placed)} of {count} member(s) "
+                            f"to come: " + self._finder.diagnose(pod, nodes)
+                        )
+                        break
+                    cache.assume(pod.uid, info.name)
+                    placed[pod.uid] = info.name
+            finally:
+                for pod in pods:
+                    cache.forget(pod.uid)
+                    cache.remove_pod(pod.uid)
+            if len(placed) == count:
+                where = f"{lf.level}={value}"
+                hold = Hold(placed, where, leader.uid, 0.0, tuple(pods))
+                return Attempt(
+                    placements=snapshot.commit(), satisfied=True, domain=where, hold=hold
+                )
+            snapshot.rollback()
+        return Attempt(
+            reason="Unschedulable",
+            message=f"no {lf.level} domain holds the group ({what}): {why}",
+            unplaced=[leader],
         )
 
     # ---- topology-aware placement ------------------------------------------------------

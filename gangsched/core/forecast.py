@@ -34,6 +34,7 @@ from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import BindGang, Decision, Evict, Preempt
 from gangsched.core.gang import PLAIN_PREFIX
+from gangsched.core.leaderfirst import STAND_IN
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod, PodPhase
 from gangsched.core.resourceclaims import Claim as ResourceClaim
 from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass
@@ -132,7 +133,8 @@ class _Snapshot:
             resource_claims=list(devices.claims.values()),
             refused_claims=list(devices.refused_claims.items()),
             specs=list(live.specs.values()),
-            pods=list(cache.pods.values()),
+            # stand-ins hold room in this process only (core/leaderfirst.py): left out
+            pods=[p for p in cache.pods.values() if not p.uid.startswith(STAND_IN)],
             starts=[(k, g.schedule_start) for k, g in live.gangs.items() if g.schedule_start],
             seen_bound=dict(live.started),
         )

@@ -19,9 +19,25 @@ from gangsched.core.cache import ClusterCache
 from gangsched.core.model import GangSpec, Pod, PodPhase
 from gangsched.core.tally import MemberState, MemberTally, member_state
 
-__all__ = ["PLAIN_PREFIX", "Gang", "Holdings", "holdings", "is_pending", "shortfall"]
+__all__ = ["PLAIN_PREFIX", "Gang", "Hold", "Holdings", "holdings", "is_pending", "shortfall"]
 
 PLAIN_PREFIX = "pod:"
+
+
+@dataclass(slots=True)
+class Hold:
+    """The room held for a leader-first gang's members to come (core/leaderfirst.py): its
+    stand-in pods and the nodes they are assumed on."""
+
+    placements: dict[str, str]  # stand-in uid -> node
+    domain: str  # "level=value"
+    leader: str  # the leader's uid
+    deadline: float
+    pods: tuple[Pod, ...] = ()
+
+    @property
+    def slots(self) -> int:
+        return len(self.placements)
 
 
 @dataclass(slots=True)
@@ -38,6 +54,8 @@ class Gang:
     schedule_start: float | None = None
     has_bound: bool = False  # some member is or was bound (a hint for queue order)
     placed_in: str = ""  # "level=value": the topology domain its last binding went to
+    # The room held for members to come (a leader-first gang, core/leaderfirst.py).
+    hold: Hold | None = None
 
     @property
     def members(self) -> KeysView[str]:

@@ -20,6 +20,7 @@ __all__ = [
     "GangSpec",
     "HostPort",
     "LabelSelector",
+    "LeaderFirst",
     "Node",
     "NodeAffinity",
     "Placement",
@@ -214,6 +215,17 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderFirst:
+    """A leader whose gang's other members are created only once it is bound, in its topology
+    domain (a LeaderWorkerSet group with ``exclusive-topology``): the leader binds alone when
+    one domain of ``level`` holds the whole group of ``size``, and the room of the others is
+    held there until they come (core/leaderfirst.py)."""
+
+    level: str  # the node label of the domain
+    size: int  # the group's members, leader included
+
+
+@dataclass(frozen=True, slots=True)
 class DomainConstraint:
     """Topology-aware gang placement: where, in the nodes' topology, a gang must (or should)
     be placed. Levels are node label keys (a domain is one value of the key); the operator's
@@ -337,6 +349,8 @@ class Pod:
     # The pod's index in its Job (batch.kubernetes.io/job-completion-index), -1 when none:
     # slices of ``slice_size`` members are cut in this order.
     index: int = -1
+    # The leader of a group whose other members come only once it is bound (LeaderFirst).
+    leader_first: LeaderFirst | None = None
     # What the pod asks of GPU devices; always derived from ``requests`` (core/gpu.py). A
     # request that cannot be honoured sets ``invalid_reason``.
     gpu: GpuDemand | None = field(default=None, init=False, compare=False)

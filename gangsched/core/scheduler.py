@@ -30,6 +30,7 @@ from gangsched.core.decisions import (
 from gangsched.core.extended import ExtendedResources
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending
 from gangsched.core.gpu import MILLI
+from gangsched.core.leaderfirst import Holds
 from gangsched.core.lifecycle import Lifecycle
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod
 from gangsched.core.nodefinder import NodeFinder
@@ -167,15 +168,18 @@ class Scheduler:
             self.preemption,
             self.reservations,
         )
+        # Room held for the members to come of leader-first gangs (core/leaderfirst.py).
+        self.holds = Holds(self.cache, lambda: self.queue.wake(Wake.CLUSTER))
+        book.on_gone.append(self.holds.release_key)
         self.permit_step = Permit(
-            book, clock, self.cache, self.permit, self.preemption, self.reservations
+            book, clock, self.cache, self.permit, self.preemption, self.reservations, self.holds
         )
         self.steps: tuple[Step, ...] = (
             Intake(),
             GroupGate(book, self.cache, self.permit),
             VolumeGate(book, config, self.cache, self.finder),
             self.replay,
-            Placement(clock, self.cache, self.finder, self.cycle, self.reservations),
+            Placement(clock, self.cache, self.finder, self.cycle, self.reservations, self.holds),
             self.preemption,
             self.reservations,
             FailureReport(book, self.cache, self.finder, self.replay, self.reservations),
@@ -395,6 +399,8 @@ class Scheduler:
         if old is not None and old.group != pod.group:
             self._leave(old)
         gang = self._gang(key, pod)
+        if gang.hold is not None and gang.hold.leader == pod.uid and (pod.terminal or pod.deleting):
+            self.holds.release(gang)  # the leader is gone: no member will come for its room
         new_member = gang.tally.put(pod, pod.uid in self.cache.assumed)
         if pod.node_name and not pod.terminal and not pod.deleting:
             gang.has_bound = True
@@ -432,6 +438,9 @@ class Scheduler:
         counted = bool(self.cache.node_of(uid))
         self.cache.remove_pod(uid)
         if pod is not None:
+            held = self.gangs.get(pod.group) if pod.group else None
+            if held is not None and held.hold is not None and held.hold.leader == uid:
+                self.holds.release(held)
             self._ungroup(pod)
             self._leave(pod)
             self._member_changed(pod, None)
@@ -493,6 +502,8 @@ class Scheduler:
         gang = self.gangs.get(key)
         if gang is None:
             return
+        if gang.hold is not None and gang.hold.leader == uid:
+            self.holds.release(gang)  # the leader did not bind: nothing to hold room for
         now = self.clock.now()
         gang.reason, gang.message = "BindFailed", message
         gang.attempts += 1
@@ -544,6 +555,14 @@ class Scheduler:
             if gang is not None and key in self.permit and self.permit_step.gate(gang):
                 out.append(self.permit_step.bind(gang, {}))
         out.extend(self.permit_step.expire(now, self.config.preemption_hold_seconds))
+        for gang in self.holds.expired(now):
+            hold = gang.hold
+            assert hold is not None
+            self.holds.release(gang)
+            gang.message = (
+                f"the room held in {hold.domain} for {hold.slots} member(s) to come was given "
+                f"back after {self.book.timeout(gang.spec):g}s without them"
+            )
         self.queue.flush()
         return out
 
@@ -581,6 +600,7 @@ class Scheduler:
                 self.queue.next_wakeup(),
                 self.permit.next_deadline(),
                 self.evictions.next_due(),
+                self.holds.next_deadline(),
             )
             if t is not None
         ]

@@ -9,9 +9,14 @@ import pytest
 
 from gangsched.api.pod import pod_from
 from gangsched.api.podgroup import podgroup_from, xk8s_podgroup_from
-from gangsched.api.topology import completion_index, kueue_domain, podgroup_domain
+from gangsched.api.topology import (
+    completion_index,
+    kueue_domain,
+    lws_leader_first,
+    podgroup_domain,
+)
 from gangsched.api.workloadapi import upstream_podgroup_from
-from gangsched.core.model import DomainConstraint
+from gangsched.core.model import DomainConstraint, LeaderFirst
 from gangsched.kube.statuscontroller import verdict
 
 RACK = "example.com/rack"
@@ -187,3 +192,20 @@ def test_scheduler_plugins_timeout_zero_means_the_default() -> None:
         "scheduleTimeoutSeconds"
         in podgroup_from(podgroup({"scheduleTimeoutSeconds": 0})).invalid_reason
     )
+
+
+def test_a_leaderworkerset_leader_with_exclusive_topology_is_leader_first() -> None:
+    lws = {"leaderworkerset.sigs.k8s.io/exclusive-topology": RACK}
+    leader = {"leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    worker = {"leaderworkerset.sigs.k8s.io/worker-index": "1"}
+    size = {"leaderworkerset.sigs.k8s.io/size": "4"}
+    assert lws_leader_first({**lws, **size}, leader) == LeaderFirst(RACK, 4)
+    assert lws_leader_first({**lws, **size}, worker) is None, "workers come after"
+    assert lws_leader_first(size, leader) is None, "no exclusive topology: a plain gang"
+    assert lws_leader_first({**lws, "leaderworkerset.sigs.k8s.io/size": "1"}, leader) is None
+    with pytest.raises(ValueError, match="size]: expected the group's size, got 'four'"):
+        lws_leader_first({**lws, "leaderworkerset.sigs.k8s.io/size": "four"}, leader)
+    with pytest.raises(ValueError, match="exclusive-topology]"):
+        lws_leader_first(
+            {"leaderworkerset.sigs.k8s.io/exclusive-topology": "-bad-", **size}, leader
+        )

@@ -15,8 +15,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import pytest
-
 from gangsched_dev.devcluster import ControlPlane
 from gangsched_dev.devcluster.lws import (
     API_VERSION,
@@ -25,6 +23,7 @@ from gangsched_dev.devcluster.lws import (
     GROUP_NAME_ANNOTATION,
     NAME_LABEL,
     REVISION_LABEL,
+    WORKER_INDEX_LABEL,
     LeaderWorkerSet,
 )
 
@@ -75,6 +74,12 @@ def group_of(obj: Mapping[str, Any]) -> str | None:
     annotations = obj.get("metadata", {}).get("annotations") or {}
     group = annotations.get(GROUP_NAME_ANNOTATION)
     return str(group) if group else None
+
+
+def workers_of(obj: Mapping[str, Any]) -> str | None:
+    """The gang of an LWS worker (not its leader)."""
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return group_of(obj) if labels.get(WORKER_INDEX_LABEL, "0") != "0" else None
 
 
 def members(cp: ControlPlane, ns: str, lws: str, count: int) -> dict[str, dict[str, Any]]:
@@ -162,23 +167,17 @@ def test_a_group_that_does_not_fit_waits_whole(
     assert_groups_bound_whole(watch, size=4, groups=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "LWS creates a group's workers only once its leader is bound, and the group's gang "
-        "(minMember = size) binds the leader only with its workers: the group waits for ever "
-        "at 1 of 4 members (docs/integrations/lws.md)"
-    ),
-)
 def test_exclusive_topology_keeps_each_group_in_its_own_rack(
     lws: LeaderWorkerSet,
     running_scheduler: SchedulerProcess,
     control_plane: ControlPlane,
     ns: str,
 ) -> None:
-    """``leaderworkerset.sigs.k8s.io/exclusive-topology: <rack label>``: LWS's pod webhook
-    gives every pod an affinity to its group's rack and an anti-affinity to other groups';
-    gangsched honours both while it places a group at once."""
+    """``leaderworkerset.sigs.k8s.io/exclusive-topology: <rack label>``: LWS creates a group's
+    workers only once its leader is bound, pinned to the leader's rack, and its pod webhook
+    gives every pod an affinity to its group's rack and an anti-affinity to other groups'.
+    gangsched binds each leader alone in a rack that holds its whole group, holds the room of
+    the workers to come, and binds them there when they come (core/leaderfirst.py)."""
     cp = control_plane
     made_nodes: list[str] = []
     try:
@@ -203,7 +202,7 @@ def test_exclusive_topology_keeps_each_group_in_its_own_rack(
             ),
         )
         made = wait_for(
-            "2 groups of 4 pods", lambda: members(cp, ns, "infer", 8), timeout=STEP_TIMEOUT / 3
+            "2 groups of 4 pods", lambda: members(cp, ns, "infer", 8), timeout=STEP_TIMEOUT
         )
         affinity = next(iter(made.values()))["spec"].get("affinity") or {}
         assert "podAffinity" in affinity and "podAntiAffinity" in affinity, affinity
@@ -221,7 +220,16 @@ def test_exclusive_topology_keeps_each_group_in_its_own_rack(
             "the watch to see every binding",
             lambda: sum(len(p) for _, p in gang_bindings(watch, group_of).values()) == 8,
         )
-        assert_groups_bound_whole(watch, size=4, groups=2)
+        # Each leader bound alone (its workers did not exist yet), then its three workers
+        # all bound once all three existed.
+        for group, (existed, placed) in gang_bindings(watch, group_of).items():
+            assert len(existed) == 1 and len(placed) == 4, (group, existed, placed)
+            [leader] = existed
+            assert made[leader]["metadata"]["labels"][WORKER_INDEX_LABEL] == "0"
+        seen = gang_bindings(watch, workers_of)
+        assert len(seen) == 2
+        for group, (existed, placed) in seen.items():
+            assert len(existed) == 3 and placed == existed, (group, existed, placed)
     finally:
         for name in made_nodes:
             cp.kubectl("delete", "node", name, "--wait=false", check=False)

@@ -65,12 +65,14 @@ class GangBook:
         self.queue.requeue(gang.key, self.sort_key(gang), until, wake)
 
     def satisfied(self, key: str) -> bool:
-        """The gang holds its quorum (reservations included)."""
+        """The gang holds its quorum (reservations included, and the room held for members to
+        come: core/leaderfirst.py)."""
         gang = self.gangs.get(key)
         if gang is None or gang.spec is None:
             return False
         t = gang.tally
-        need, roles = shortfall(gang.spec, t.held, t.held_by_role, gang.satisfied_once)
+        held = t.held + (gang.hold.slots if gang.hold is not None else 0)
+        need, roles = shortfall(gang.spec, held, t.held_by_role, gang.satisfied_once)
         return need == 0 and not roles
 
     def group_of(self, gang: Gang) -> tuple[str, ...]:

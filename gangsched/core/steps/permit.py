@@ -18,6 +18,7 @@ from gangsched.core.decisions import (
     pod_ref,
 )
 from gangsched.core.gang import Gang
+from gangsched.core.leaderfirst import Holds
 from gangsched.core.permit import PermitMap
 from gangsched.core.queue import Wake
 from gangsched.core.steps.book import GangBook
@@ -37,7 +38,9 @@ class Permit:
         permit: PermitMap,
         preemption: Preemption,
         reservations: Reservations,
+        holds: Holds,
     ) -> None:
+        self._holds = holds
         self._book = book
         self._clock = clock
         self._cache = cache
@@ -53,6 +56,11 @@ class Permit:
         gang, key, out = t.gang, t.gang.key, t.out
         book = self._book
         now = self._clock.now()
+        if attempt.hold is not None:
+            # A leader-first gang's leader placed alone: its members' room is held from now
+            # on, and counts toward its quorum (core/leaderfirst.py).
+            attempt.hold.deadline = now + book.timeout(gang.spec)
+            self._holds.install(gang, attempt.hold)
         if attempt.placements or key in self._permit:
             if self.gate(gang):
                 out.append(self.bind(gang, attempt.placements, attempt.domain))
@@ -138,6 +146,7 @@ class Permit:
     def release(self, key: str, reason: str, message: str) -> list[Decision]:
         """Give back everything a waiting gang holds. Idempotent."""
         self._preemption.release(key)
+        self._holds.release_key(key)
         reserved = self._permit.release(key)
         if not reserved:
             return []

@@ -7,6 +7,7 @@ from __future__ import annotations
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
 from gangsched.core.cycle import GangCycle
+from gangsched.core.leaderfirst import Holds
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.steps.reserve import Reservations
 from gangsched.core.steps.turn import Turn
@@ -27,7 +28,9 @@ class Placement:
         finder: NodeFinder,
         cycle: GangCycle,
         reservations: Reservations,
+        holds: Holds,
     ) -> None:
+        self._holds = holds
         self._clock = clock
         self._cache = cache
         self._finder = finder
@@ -35,6 +38,16 @@ class Placement:
         self._reservations = reservations
 
     def run(self, t: Turn) -> bool:
+        gang, h = t.gang, t.h
+        if (
+            gang.hold is not None
+            and h.pending
+            and gang.spec is not None
+            and h.live >= gang.spec.min_member
+        ):
+            # Every member a leader-first gang held room for has come: the room is given
+            # back, and they are placed in it now, before anything else is (core/leaderfirst.py).
+            self._holds.release(gang)
         finder = self._finder
         # What a failure of a pod of a class is remembered with (core/equivalence.py): the
         # cache generation it failed on, and what its searches moved in the finder.
