@@ -116,11 +116,12 @@ class GangCycle:
             lf = applies(gang, h)
             if lf is not None:
                 return self._leader_first(gang, h, lf)
-            return Attempt(
-                reason="WaitingForMembers",
-                message=_members_message(spec.min_member, h, bool(spec.roles)),
-                wake=Wake.GANG,
-            )
+            message = _members_message(spec.min_member, h, bool(spec.roles))
+            if gang.hold is not None:
+                message += (
+                    f"; room held in {gang.hold.domain} for the {gang.hold.slots} member(s) to come"
+                )
+            return Attempt(reason="WaitingForMembers", message=message, wake=Wake.GANG)
         if not h.pending:
             return Attempt(satisfied=need == 0 and not need_roles)
         strict = spec.mode is GangMode.STRICT

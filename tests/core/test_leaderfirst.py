@@ -88,6 +88,8 @@ def test_nothing_else_takes_the_held_room_and_the_workers_get_it() -> None:
     h.add(ws[0])
     assert not binds(h.run()), "one worker of three: the gang waits for the others"
     assert len(stand_ins(h)) == 3, "the room is still held"
+    view = h.s.view("ml/g")
+    assert view is not None and f"room held in {RACK}=b for the 3 member(s)" in view.message
     h.add(*ws[1:])
     [b] = binds(h.run())
     assert sorted(x.pod.name for x in b.bindings) == ["g-1", "g-2", "g-3"]
