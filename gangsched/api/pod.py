@@ -36,6 +36,7 @@ from gangsched.api.fields import (
     unreadable,
 )
 from gangsched.api.gpushare import devices_from
+from gangsched.api.job import controller_job
 from gangsched.api.membership import Membership, resolve_membership, scheduling_group
 from gangsched.api.requests import effective_requests, zero_share
 from gangsched.api.spread import spread
@@ -181,6 +182,7 @@ def _pod_from(obj: Obj) -> PodRead:
         disruption=_disruption(status),
         bound_at=_bound_at(status),
         active_deadline_seconds=_active_deadline(spec.get("activeDeadlineSeconds")),
+        owner_job=controller_job(meta.get("ownerReferences")),
     )
     labels = str_map(meta.get("labels"), "metadata.labels")
     annotations = str_map(meta.get("annotations"), "metadata.annotations")

@@ -211,6 +211,9 @@ class _Twin:
         deadline = pod.active_deadline_seconds
         if deadline is not None and (best is None or bound + deadline < best.at):
             best = _End(bound + deadline, f"activeDeadlineSeconds {span(deadline)}")
+        stop = pod.job_deadline
+        if stop is not None and (best is None or stop < best.at):
+            best = _End(stop, "its Job's activeDeadlineSeconds")
         return best
 
     def expect(self, pod: Pod, bound: float) -> None:

@@ -323,6 +323,11 @@ class Pod:
     # spec.activeDeadlineSeconds: the kubelet stops the pod this long after it started, so it
     # runs no longer (the start forecast's upper bound on its end; None: not set).
     active_deadline_seconds: float | None = None
+    # The uid of the Job that controls the pod (its controller ownerReference), '' when none.
+    owner_job: str = ""
+    # When that Job is stopped at the latest (its status.startTime + spec.activeDeadlineSeconds,
+    # seconds since the epoch), None when it declares no deadline or is not known.
+    job_deadline: float | None = None
     # The resource claims (Dynamic Resource Allocation) the pod uses, as namespace/name keys.
     resource_claims: tuple[str, ...] = ()
     # Why the pod cannot be placed yet for want of a claim that is still to be made from a

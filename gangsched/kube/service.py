@@ -28,6 +28,7 @@ import structlog
 from gangsched.api import labels as lbl
 from gangsched.api.fields import timestamp
 from gangsched.api.gpushare import GpuLabels
+from gangsched.api.job import job_deadline
 from gangsched.api.membership import Source
 from gangsched.api.node import namespace_from, node_from
 from gangsched.api.podgroup import podgroup_from, volcano_podgroup_from, xk8s_podgroup_from
@@ -96,6 +97,8 @@ def _key(obj: JSON) -> str:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
+# Jobs, for their deadlines (start forecasts)
+JOBS_PATH = "/apis/batch/v1/jobs"
 # the most work one round of start forecasts may take (seconds, in slices of the loop), and
 # how many waiting gangs (the first in queue order) it forecasts
 FORECAST_BUDGET = 5.0
@@ -114,6 +117,7 @@ class SchedulerService:
         yield_every: int = 16,
         status_resync_seconds: float = 60.0,
         forecast_seconds: float = 0.0,
+        job_deadlines: bool = False,
         fence: FenceCheck | None = None,
         slice_seconds: float = SLICE_SECONDS,
         preemptor: Preemptor | None = None,
@@ -179,6 +183,14 @@ class SchedulerService:
                 client, core, self.poke, slice_seconds=slice_seconds, on_yield=self._turned
             ),
         ]
+        # Jobs' deadlines (spec.activeDeadlineSeconds after status.startTime): an upper bound
+        # on when their pods end, for start forecasts only. Not needed to schedule, so the
+        # scheduler does not wait for their list (nor for a permission it may lack).
+        self._job_deadlines: dict[str, float] = {}
+        self._job_pods: dict[str, set[str]] = {}  # Job uid -> the uids of its pods
+        self.optional_reflectors: list[Reflector] = []
+        if forecast_seconds > 0 or job_deadlines:
+            self.optional_reflectors.append(Reflector(client, JOBS_PATH, self._on_job, name="jobs"))
         self.ready = asyncio.Event()
         # the scheduling loop found nothing to decide at its last turn (see quiet())
         self._idle = False
@@ -211,7 +223,10 @@ class SchedulerService:
     # ---- running -----------------------------------------------------------------------
     async def run(self) -> None:
         self.last_turn = time.monotonic()
-        watchers = [asyncio.create_task(r.run(), name=r.name) for r in self.reflectors]
+        watchers = [
+            asyncio.create_task(r.run(), name=r.name)
+            for r in (*self.reflectors, *self.optional_reflectors)
+        ]
         loop_task: asyncio.Task[None] | None = None
         try:
             await self._until_synced()
@@ -403,6 +418,36 @@ class SchedulerService:
             self.core.namespace_upsert(name, labels)
         self.poke()
 
+    def _on_job(self, kind: str, obj: JSON) -> None:
+        """A Job's deadline, given to its pods the core holds (start forecasts read it)."""
+        if kind == "SYNC":
+            found = dict(job_deadline(i) for i in obj.get("items") or [])
+            for uid in set(self._job_deadlines) | set(self._job_pods):
+                if uid not in found:
+                    self._set_job_deadline(uid, None)
+                    self._job_pods.pop(uid, None)
+            for uid, deadline in found.items():
+                self._set_job_deadline(uid, deadline)
+            return
+        uid, deadline = job_deadline(obj)
+        self._set_job_deadline(uid, None if kind == "DELETED" else deadline)
+        if kind == "DELETED":
+            self._job_pods.pop(uid, None)
+
+    def _set_job_deadline(self, uid: str, deadline: float | None) -> None:
+        if self._job_deadlines.get(uid) == deadline:
+            return
+        if deadline is None:
+            self._job_deadlines.pop(uid, None)
+        else:
+            self._job_deadlines[uid] = deadline
+        for pod_uid in list(self._job_pods.get(uid, ())):
+            pod = self.core.pod(pod_uid)
+            if pod is None:
+                self._job_pods[uid].discard(pod_uid)
+            elif pod.job_deadline != deadline:
+                self.core.pod_upsert(dataclasses.replace(pod, job_deadline=deadline))
+
     def _on_pod(self, kind: str, obj: JSON) -> Awaitable[None] | None:
         # The pods are listed page by page (see Reflector._list_paged): each page is handled
         # while the next is on its way.
@@ -448,6 +493,9 @@ class SchedulerService:
         pod, membership = self._pods.read(obj)
         known = self._known["pods"]
         known.add(pod.uid)
+        if pod.owner_job and self.optional_reflectors:
+            self._job_pods.setdefault(pod.owner_job, set()).add(pod.uid)
+            pod.job_deadline = self._job_deadlines.get(pod.owner_job)
         old = self.core.pod(pod.uid)
         if pod.scheduler_name == self.core.config.scheduler_name and membership.key:
             if membership.implicit is not None:

@@ -162,9 +162,10 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
         Binder(read, core.bind_failed, volumes=core.volumes),
         Reporter(read, Outbox(), "what-if"),
         gpu_labels=GpuLabels(settings.gpu_model_label, settings.gpu_memory_label),
+        job_deadlines=True,
     )
     verdict = Verdict(key, notes=expanded)
-    for r in service.reflectors:
+    for r in (*service.reflectors, *service.optional_reflectors):
         try:
             await r.list_all()
         except ApiError as e:

@@ -73,6 +73,18 @@ def test_a_pods_active_deadline_is_an_upper_bound_on_its_end() -> None:
     assert got.basis == "after default/batch2 ends (activeDeadlineSeconds 5m)"
 
 
+def test_a_jobs_deadline_is_an_upper_bound_on_its_pods_end() -> None:
+    """The earlier of the pod's own activeDeadlineSeconds and its Job's deadline."""
+    h = two_nodes()
+    h.add(pod("a", gpus=8, active_deadline_seconds=900.0, job_deadline=T0 + 600.0))
+    h.add(pod("b", gpus=8, active_deadline_seconds=300.0, job_deadline=T0 + 1200.0))
+    assert len(binds(h.run())) == 2
+    waiting(h, "ml/w", 2, 8)
+    got = forecast(h.s)["ml/w"]
+    assert got.at == T0 + 600.0
+    assert "after default/a ends (its Job's activeDeadlineSeconds)" in got.basis
+
+
 def test_an_end_declared_and_already_past_is_not_known() -> None:
     h = two_nodes()
     running(h, "ml/a", 2, 8, runtime=60.0)

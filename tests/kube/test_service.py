@@ -97,7 +97,7 @@ def members(name: str, n: int, label: str = GANG_LABEL, **kw: Any) -> list[dict[
 class Rig:
     """A service as the app composes it, on the fake: a real outbox, reporter and binder."""
 
-    def __init__(self, kube: FakeKube) -> None:
+    def __init__(self, kube: FakeKube, **service: Any) -> None:
         self.kube = kube
         self.leading = True
         self.fence_checks = 0
@@ -119,6 +119,7 @@ class Rig:
             self.reporter,
             fence=self.fence,
             status_resync_seconds=0,
+            **service,
         )
         self.task: asyncio.Task[None] | None = None
 
@@ -290,6 +291,75 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     await rig.service.forecast_round()
     await until("the forecast gone", lambda: "expectedStart" not in rig.status("next"))
     assert "expectedStartBasis" not in rig.status("next")
+
+
+JOBS = "/apis/batch/v1/namespaces/ml/jobs"
+
+
+def job(name: str, uid: str, deadline: int | None, started: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"template": {}}
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid},
+        "spec": spec,
+        "status": {"startTime": started} if started else {},
+    }
+
+
+async def test_a_jobs_active_deadline_bounds_when_its_pods_end() -> None:
+    """A pod whose Job declares activeDeadlineSeconds ends, at the latest, that long after
+    the Job started: the gang waiting for its node is expected then. The Job may come after
+    its pods, and its deadline may change; the scheduler does not wait for Jobs to schedule."""
+    rig = Rig(FakeKube(), job_deadlines=True)
+    try:
+        kube = rig.kube
+        kube.seed(NODES, node("n0", gpus=8))
+        kube.seed(PODGROUPS, podgroup("next", 1))
+        batch = pod("batch-0", gpus=8)
+        batch["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "batch", "uid": "job-1",
+             "controller": True}
+        ]  # fmt: skip
+        kube.seed(PODS, batch)
+        rig.start()
+        await until("batch bound", lambda: rig.bindings() == ["batch-0"])
+        kube.seed(PODS, *members("next", 1, gpus=8))
+        await until("next refused", lambda: rig.status("next").get("phase") == "Scheduling")
+        await rig.service.forecast_round()
+        await until(
+            "no end known",
+            lambda: "waits for" in rig.status("next").get("expectedStartBasis", ""),
+        )
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0))
+        kube.seed(JOBS, job("batch", "job-1", 600, started))
+        await until(
+            "the deadline read",
+            lambda: any(p.job_deadline == 1_600.0 for p in rig.core.cache.pods.values()),
+        )
+        await rig.service.forecast_round()
+        expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_600.0))
+        await until("the forecast", lambda: rig.status("next").get("expectedStart") == expected)
+        assert rig.status("next")["expectedStartBasis"] == (
+            "after ml/batch-0 ends (its Job's activeDeadlineSeconds)"
+        )
+    finally:
+        await rig.stop()
+
+
+async def test_the_scheduler_does_not_wait_for_jobs_it_may_not_list() -> None:
+    rig = Rig(FakeKube(), job_deadlines=True)
+    try:
+        rig.kube.fail("list", "/apis/batch/v1/jobs", 403, times=1000)
+        rig.kube.seed(NODES, node("n0", gpus=8))
+        rig.kube.seed(PODGROUPS, podgroup("a", 1))
+        rig.kube.seed(PODS, *members("a", 1, gpus=8))
+        rig.start()
+        await until("a bound", lambda: rig.bindings() == ["a-0"])
+    finally:
+        await rig.stop()
 
 
 # ---- shutdown ----------------------------------------------------------------------------
