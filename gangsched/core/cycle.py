@@ -241,23 +241,9 @@ class GangCycle:
                 continue
             snapshot.place(leader.uid, spot.name)
             pods = stand_ins(leader, shape, count, lf.level, value)
-            placed: dict[str, str] = {}
-            try:
-                for pod in pods:
-                    cache.upsert_pod(pod)
-                    info = self._finder.find(pod, nodes)
-                    if info is None:
-                        why = why or (
-                            f"{lf.level}={value}: room for {len(placed)} of {count} member(s) "
-                            f"to come: " + self._finder.diagnose(pod, nodes)
-                        )
-                        break
-                    cache.assume(pod.uid, info.name)
-                    placed[pod.uid] = info.name
-            finally:
-                for pod in pods:
-                    cache.forget(pod.uid)
-                    cache.remove_pod(pod.uid)
+            placed, short = self.place_stand_ins(pods, nodes)
+            if short:
+                why = why or f"{lf.level}={value}: {short}"
             if len(placed) == count:
                 where = f"{lf.level}={value}"
                 hold = Hold(placed, where, leader.uid, 0.0, tuple(pods))
@@ -270,6 +256,31 @@ class GangCycle:
             message=f"no {lf.level} domain holds the group ({what}): {why}",
             unplaced=[leader],
         )
+
+    def place_stand_ins(
+        self, pods: Sequence[Pod], nodes: Sequence[str]
+    ) -> tuple[dict[str, str], str]:
+        """Where the finder puts each stand-in on ``nodes``, one after another (each counted
+        for the next), and why not when one finds no room; the cache is left as it was."""
+        cache = self._cache
+        placed: dict[str, str] = {}
+        why = ""
+        try:
+            for pod in pods:
+                cache.upsert_pod(pod)
+                info = self._finder.find(pod, nodes)
+                if info is None:
+                    why = f"room for {len(placed)} of {len(pods)} member(s) to come: " + (
+                        self._finder.diagnose(pod, nodes)
+                    )
+                    break
+                cache.assume(pod.uid, info.name)
+                placed[pod.uid] = info.name
+        finally:
+            for pod in pods:
+                cache.forget(pod.uid)
+                cache.remove_pod(pod.uid)
+        return placed, why
 
     # ---- topology-aware placement ------------------------------------------------------
     def _in_domains(

@@ -113,6 +113,10 @@ class Preemptor:
         # running pods of lower priority left out of the last plan because Kueue admitted them
         self.kueue_spared = 0
 
+    @property
+    def cycle(self) -> GangCycle:
+        return self._cycle
+
     # ---- the search ---------------------------------------------------------------------
     def plan(
         self,
@@ -227,8 +231,12 @@ class Preemptor:
     ) -> tuple[list[Unit], dict[str, str]]:
         cache = self._cache
         # A unit with no pod on the nodes the gang now uses leaves that placement as it is,
-        # unless pods constrain each other across nodes (affinity, spread): no trial needed.
-        loose = not any(p.spread or p.pod_affinity != _NO_AFFINITY for p in h.pending)
+        # unless pods constrain each other across nodes (affinity, spread), or a leader-first
+        # leader needs room for its members to come beside it: no trial needed.
+        loose = not any(
+            p.spread or p.pod_affinity != _NO_AFFINITY or p.leader_first is not None
+            for p in h.pending
+        )
         victims: list[Unit] = []
         used = set(placements.values())
         for u in order:

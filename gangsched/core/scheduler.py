@@ -171,6 +171,7 @@ class Scheduler:
         # Room held for the members to come of leader-first gangs (core/leaderfirst.py).
         self.holds = Holds(self.cache, lambda: self.queue.wake(Wake.CLUSTER))
         book.on_gone.append(self.holds.release_key)
+        self.preemption.on_hold = self.holds.install
         self.permit_step = Permit(
             book, clock, self.cache, self.permit, self.preemption, self.reservations, self.holds
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gangsched.core.config import CoreConfig
-from gangsched.core.decisions import BindGang
+from gangsched.core.decisions import BindGang, Preempt
 from gangsched.core.leaderfirst import STAND_IN, worker_shape
 from gangsched.core.model import GangSpec, LeaderFirst, Node, Pod, PodPhase
 from gangsched.core.resources import GPU
@@ -169,3 +169,31 @@ def test_bound_gang_is_what_binds_in_a_bind_gang() -> None:
     h.add(pod("g-0", "g", leader=True))
     [b] = h.run()
     assert isinstance(b, BindGang) and b.gang == "ml/g"
+
+
+def test_a_leader_that_preempts_holds_the_room_its_victims_leave() -> None:
+    """Rack b is full of low-priority pods: the high-priority group evicts enough of them for
+    the whole group, its leader binds once they are gone, and the room for its workers is
+    held there, not taken back by the pods that wait."""
+    h = racks(("b", 2))
+    low = [
+        replace(make_pod(f"low-{i}").cpu("1").gpus(4).obj(), namespace="ml", priority=0)
+        for i in range(2)
+    ]
+    h.add(*low)
+    assert len(binds(h.run())) == 2
+    group(h, "g")
+    h.add(pod("g-0", "g", leader=True, priority=100))
+    out = h.run()
+    [p] = [d for d in out if isinstance(d, Preempt)]
+    assert sorted(v.pod.name for v in p.victims) == ["low-0", "low-1"], "the whole group's room"
+    assert len(stand_ins(h)) == 3
+    for v in p.victims:
+        h.s.pod_delete(v.pod.uid)
+    [b] = binds(h.run())
+    assert [x.pod.name for x in b.bindings] == ["g-0"]
+    h.add(replace(make_pod("again").cpu("1").gpus(4).obj(), namespace="ml", priority=0))
+    assert not binds(h.run()), "the room is held for the workers"
+    h.add(*[replace(w, priority=100) for w in workers("g", "b")])
+    [b] = binds(h.run())
+    assert sorted(x.pod.name for x in b.bindings) == ["g-1", "g-2", "g-3"]

@@ -16,7 +16,8 @@ from gangsched.core.clock import Clock
 from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import Binding, Decision, Evict, Preempt, Victim, pod_ref
 from gangsched.core.eviction import Evictions
-from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings
+from gangsched.core.gang import PLAIN_PREFIX, Gang, Hold, Holdings
+from gangsched.core.leaderfirst import applies, stand_ins, worker_shape
 from gangsched.core.model import GangMode, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
@@ -62,6 +63,9 @@ class Preemption:
         self.preemptions = 0
         # Evictions decided and not carried out yet (core/eviction.py).
         self.evictions = Evictions(config.scheduler_name)
+        # Holds the room of a leader-first gang's members to come (set by the scheduler:
+        # core/leaderfirst.py's Holds.install).
+        self.on_hold: Callable[[Gang, Hold], None] | None = None
 
     # ---- the step ----------------------------------------------------------------------
     def run(self, t: Turn) -> bool:
@@ -76,6 +80,26 @@ class Preemption:
             attempt.message += f"; preemption: {preempt}"
         t.searched, t.found = self._finder.searches, self._finder.finds
         return False
+
+    def _hold_for(self, gang: Gang, h: Holdings, placements: dict[str, str]) -> Hold | None:
+        """The room of a leader-first gang's members to come, in its leader's domain, on the
+        cache as it stands (the victims lifted), or None."""
+        lf = applies(gang, h)
+        if lf is None or gang.spec is None:
+            return None
+        leader = h.pending[0]
+        node = placements.get(leader.uid, "")
+        info = self._cache.nodes.get(node)
+        value = info.node.labels.get(lf.level) if info is not None and info.node else None
+        if value is None:
+            return None
+        shape = worker_shape(leader, lf.size, gang.spec.min_resources)
+        pods = stand_ins(leader, shape, lf.size - 1, lf.level, value)
+        nodes = self._cache.domain_nodes(lf.level).get(value, ())
+        placed, _ = self.preemptor.cycle.place_stand_ins(pods, nodes)
+        if len(placed) != len(pods):
+            return None
+        return Hold(placed, f"{lf.level}={value}", leader.uid, 0.0, tuple(pods))
 
     def preempt(self, gang: Gang, h: Holdings, why: str) -> Preempt | str:
         """Evict lower-priority gangs for the gang, if that lets it fit; otherwise why not
@@ -116,8 +140,14 @@ class Preemption:
             cache.lift(uid)
         for uid, node in plan.placements.items():
             cache.assume(uid, node)
+        # A leader-first gang's leader (core/leaderfirst.py): the room of its members to come,
+        # in its domain, with the victims gone, held as the leader's own placement is.
+        hold = self._hold_for(gang, h, plan.placements)
         for uid in going:
             cache.restore(uid)
+        if hold is not None and self.on_hold is not None:
+            hold.deadline = self._clock.now() + self._book.timeout(spec)
+            self.on_hold(gang, hold)
         now = self._clock.now()
         deadline = now + self._config.preemption_hold_seconds
         self._permit.wait(gang.key, dict(plan.placements), deadline)
