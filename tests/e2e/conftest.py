@@ -7,6 +7,7 @@ pods select those nodes, so tests never compete for each other's capacity.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -35,6 +36,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/e2e" in str(item.fspath):
             item.add_marker(pytest.mark.e2e)
+
+
+@contextlib.contextmanager
+def own_control_plane(audit_policy: dict[str, Any] | None = None) -> Iterator[ControlPlane]:
+    """A control plane of a test's own (with kwok and gangsched's CRDs), for a test that must
+    see the API server's audit log (``audit_policy``) or that no other test writes to."""
+    cp = ControlPlane(audit_policy=audit_policy)
+    cp.start()
+    try:
+        cp.apply(REPO / "crds")
+        wait_for(
+            "the PodGroup CRD to be served",
+            lambda: cp.kubectl("get", "podgroups.gangsched.io", "-A", check=False).returncode == 0,
+            timeout=30,
+        )
+        cp.start_kwok()
+        yield cp
+    finally:
+        cp.stop()
 
 
 @pytest.fixture(scope="session")

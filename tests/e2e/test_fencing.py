@@ -23,7 +23,7 @@ import pytest
 
 from gangsched_dev.devcluster import ControlPlane
 
-from .conftest import REPO, SchedulerProcess
+from .conftest import SchedulerProcess, own_control_plane
 from .kube import GPU, pod, podgroup, pods, wait_for
 
 AUDIT_POLICY: dict[str, Any] = {
@@ -46,16 +46,7 @@ HIGH = "fence-high"
 
 @pytest.fixture(scope="module")
 def audited() -> Iterator[ControlPlane]:
-    cp = ControlPlane(audit_policy=AUDIT_POLICY)
-    cp.start()
-    try:
-        cp.apply(REPO / "crds")
-        wait_for(
-            "the PodGroup CRD to be served",
-            lambda: cp.kubectl("get", "podgroups.gangsched.io", "-A", check=False).returncode == 0,
-            timeout=30,
-        )
-        cp.start_kwok()
+    with own_control_plane(AUDIT_POLICY) as cp:
         cp.create_namespace(LEASE_NS)
         priority = {
             "apiVersion": "scheduling.k8s.io/v1",
@@ -65,8 +56,6 @@ def audited() -> Iterator[ControlPlane]:
         }
         cp.kubectl("create", "-f", "-", input=json.dumps(priority))
         yield cp
-    finally:
-        cp.stop()
 
 
 def _lease(cp: ControlPlane, name: str) -> dict[str, Any]:

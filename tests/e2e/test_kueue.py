@@ -191,6 +191,7 @@ def submit_pod_group(
             annotations={POD_GROUP_COUNT: str(n)},
         )
         body["spec"]["priorityClassName"] = priority_class
+        body["spec"]["terminationGracePeriodSeconds"] = 1  # evicted: gone a second later
         create(cp, body)
 
 
@@ -233,6 +234,20 @@ def cluster_scoped(control_plane: ControlPlane) -> Iterator[Callable[[dict[str, 
         control_plane.kubectl("delete", kind, name, "--wait=false", check=False)
 
 
+def one_queue(
+    cp: ControlPlane,
+    ns: str,
+    cluster_scoped: Callable[[dict[str, Any]], None],
+    *,
+    gpus: int,
+    preemption: Mapping[str, Any] | None = None,
+) -> None:
+    """The test's flavor, a ClusterQueue of ``gpus`` GPUs over it, and the LocalQueue ``q``."""
+    cluster_scoped(flavor(f"{ns}-gpu", ns))
+    cluster_scoped(cluster_queue(f"{ns}-cq", f"{ns}-gpu", gpus=gpus, preemption=preemption))
+    create(cp, local_queue("q", ns, f"{ns}-cq"))
+
+
 def assert_bound_whole(watch: PodEvents, sizes: Mapping[str, int]) -> None:
     seen = gang_bindings(watch, group_of)
     assert set(seen) == set(sizes), f"gangs bound: {sorted(seen)}"
@@ -259,9 +274,7 @@ def test_jobs_are_admitted_within_quota_and_each_is_placed_whole(
     suspended, with no pods at all, until the first has finished; each binds whole."""
     cp = kueue.cp
     nodes(2, gpus=8)
-    cluster_scoped(flavor(f"{ns}-gpu", ns))
-    cluster_scoped(cluster_queue(f"{ns}-cq", f"{ns}-gpu", gpus=8))
-    create(cp, local_queue("q", ns, f"{ns}-cq"))
+    one_queue(cp, ns, cluster_scoped, gpus=8)
     watch = PodEvents(cp, ns, seconds=int(4 * STEP_TIMEOUT))
     for name in ("a", "b"):
         create(cp, podgroup(name, ns, 8))
@@ -322,9 +335,7 @@ def test_a_jobset_is_admitted_by_kueue_and_placed_whole(
     (one workload for both Jobs), and gangsched binds its one gang of 8 whole."""
     cp = kueue.cp
     sel = nodes(2, gpus=4)
-    cluster_scoped(flavor(f"{ns}-gpu", ns))
-    cluster_scoped(cluster_queue(f"{ns}-cq", f"{ns}-gpu", gpus=8))
-    create(cp, local_queue("q", ns, f"{ns}-cq"))
+    one_queue(cp, ns, cluster_scoped, gpus=8)
     watch = PodEvents(cp, ns, seconds=int(3 * STEP_TIMEOUT))
     create(cp, podgroup("train", ns, 8))
     body = jobset_manifest(
@@ -360,9 +371,7 @@ def test_an_admitted_gang_that_cannot_be_placed_says_why_and_is_requeued_by_kueu
     Job's pods are placed whole."""
     cp = kueue.cp
     nodes(4, gpus=2)
-    cluster_scoped(flavor(f"{ns}-gpu", ns))
-    cluster_scoped(cluster_queue(f"{ns}-cq", f"{ns}-gpu", gpus=8))
-    create(cp, local_queue("q", ns, f"{ns}-cq"))
+    one_queue(cp, ns, cluster_scoped, gpus=8)
     watch = PodEvents(cp, ns, seconds=int(5 * STEP_TIMEOUT))
     create(cp, podgroup("wide", ns, 2))
     create(cp, job("wide", ns, "q", n=2, gpus=4))
@@ -424,10 +433,7 @@ def test_kueue_preempts_a_lower_priority_workload_and_gangsched_places_the_preem
     cp = kueue.cp
     low, high = priorities
     nodes(1, gpus=8)
-    cluster_scoped(flavor(f"{ns}-gpu", ns))
-    preemption = {"withinClusterQueue": "LowerPriority"}
-    cluster_scoped(cluster_queue(f"{ns}-cq", f"{ns}-gpu", gpus=8, preemption=preemption))
-    create(cp, local_queue("q", ns, f"{ns}-cq"))
+    one_queue(cp, ns, cluster_scoped, gpus=8, preemption={"withinClusterQueue": "LowerPriority"})
     watch = PodEvents(cp, ns, seconds=int(3 * STEP_TIMEOUT))
     submit_pod_group(cp, "low", ns, "q", n=4, gpus=2, priority_class=low)
     wait_for("the low-priority gang to bind", lambda: len(bound(cp, ns)) == 4, STEP_TIMEOUT)
