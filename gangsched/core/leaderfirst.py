@@ -17,15 +17,15 @@ workers before binding the leader, for ever. All-or-nothing in effect, without t
   gang, in the room just given back. If they do not come within the gang's schedule timeout,
   the room is given back; a worker that comes later is placed with the room there is.
 
-The hold lives in this process only: a scheduler that restarts between the leader's binding and
-the workers' creation (the LWS controller creates them within moments) places the workers
-without it.
+After a restart (the hold lived in the old process only), a leader found bound alone, its
+members not come and its gang's timeout since its binding not over, gets its room held again
+where the finder still finds it in the leader's domain (:meth:`Holds.rebuild`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.gang import Gang, Hold, Holdings
@@ -139,6 +139,40 @@ class Holds:
         gang = self.gangs.get(key)
         if gang is not None:
             self.release(gang)
+
+    def rebuild(
+        self,
+        gang: Gang,
+        h: Holdings,
+        leader: Pod,
+        deadline: float,
+        place: Callable[[Sequence[Pod], Sequence[str]], tuple[dict[str, str], str]],
+    ) -> bool:
+        """Hold the room again for a leader-first gang whose leader was bound (by an earlier
+        process) and whose members have not come: where ``place`` (the cycle's stand-in
+        placement) finds it in the leader's domain, until ``deadline``. Whether it did."""
+        spec, lf = gang.spec, leader.leader_first
+        if (
+            spec is None
+            or lf is None
+            or gang.hold is not None
+            or gang.satisfied_once
+            or h.pending
+            or h.held != 1
+            or lf.size != spec.min_member
+        ):
+            return False
+        info = self._cache.nodes.get(leader.node_name)
+        value = info.node.labels.get(lf.level) if info is not None and info.node else None
+        if value is None:
+            return False
+        shape = worker_shape(leader, lf.size, spec.min_resources)
+        pods = stand_ins(leader, shape, lf.size - 1, lf.level, value)
+        placed, _ = place(pods, self._cache.domain_nodes(lf.level).get(value, ()))
+        if len(placed) != len(pods):
+            return False
+        self.install(gang, Hold(placed, f"{lf.level}={value}", leader.uid, deadline, tuple(pods)))
+        return True
 
     def expired(self, now: float) -> list[Gang]:
         return [g for g in self.gangs.values() if g.hold is not None and g.hold.deadline <= now]

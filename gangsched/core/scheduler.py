@@ -172,6 +172,9 @@ class Scheduler:
         self.holds = Holds(self.cache, lambda: self.queue.wake(Wake.CLUSTER))
         book.on_gone.append(self.holds.release_key)
         self.preemption.on_hold = self.holds.install
+        # leader-first leaders seen bound (after a restart, by an earlier process): their
+        # members' room is held again at the next tick if they are alone (Holds.rebuild)
+        self._bound_leaders: set[str] = set()
         self.permit_step = Permit(
             book, clock, self.cache, self.permit, self.preemption, self.reservations, self.holds
         )
@@ -402,6 +405,15 @@ class Scheduler:
         gang = self._gang(key, pod)
         if gang.hold is not None and gang.hold.leader == pod.uid and (pod.terminal or pod.deleting):
             self.holds.release(gang)  # the leader is gone: no member will come for its room
+        elif (
+            pod.leader_first is not None
+            and pod.node_name
+            and not pod.terminal
+            and not pod.deleting
+            and gang.hold is None
+            and (old is None or not old.node_name)
+        ):
+            self._bound_leaders.add(pod.uid)  # hold its room again, if it is alone (tick)
         new_member = gang.tally.put(pod, pod.uid in self.cache.assumed)
         if pod.node_name and not pod.terminal and not pod.deleting:
             gang.has_bound = True
@@ -556,6 +568,7 @@ class Scheduler:
             if gang is not None and key in self.permit and self.permit_step.gate(gang):
                 out.append(self.permit_step.bind(gang, {}))
         out.extend(self.permit_step.expire(now, self.config.preemption_hold_seconds))
+        self._rebuild_holds(now)
         for gang in self.holds.expired(now):
             hold = gang.hold
             assert hold is not None
@@ -566,6 +579,24 @@ class Scheduler:
             )
         self.queue.flush()
         return out
+
+    def _rebuild_holds(self, now: float) -> None:
+        """Leaders of leader-first gangs found bound alone, their members not come: their
+        room is held again until their gang's timeout after their binding."""
+        if not self._bound_leaders:
+            return
+        uids, self._bound_leaders = self._bound_leaders, set()
+        for uid in sorted(uids):
+            pod = self.cache.pods.get(uid)
+            gang = self.gangs.get(pod.group) if pod is not None and pod.group else None
+            if pod is None or gang is None or gang.hold is not None:
+                continue
+            bound = pod.bound_at or self.started.get(uid, now)
+            deadline = bound + self.book.timeout(gang.spec)
+            if deadline > now:
+                self.holds.rebuild(
+                    gang, holdings(gang, self.cache), pod, deadline, self.cycle.place_stand_ins
+                )
 
     def schedule_one(self) -> list[Decision] | None:
         """Run one gang cycle: the gang at the head of the queue goes through the steps

@@ -197,3 +197,30 @@ def test_a_leader_that_preempts_holds_the_room_its_victims_leave() -> None:
     h.add(*[replace(w, priority=100) for w in workers("g", "b")])
     [b] = binds(h.run())
     assert sorted(x.pod.name for x in b.bindings) == ["g-1", "g-2", "g-3"]
+
+
+def test_a_restarted_scheduler_holds_the_room_of_a_leader_found_bound_alone() -> None:
+    """The hold lived in the process that bound the leader: the next one, finding the leader
+    bound alone and its members not come, holds their room again until the gang's timeout
+    after the binding; a leader bound longer ago than that gets none."""
+    h = racks(("b", 2))
+    group(h, "g")
+    h.add(pod("g-0", "g", leader=True, node_name="b0", phase=PodPhase.RUNNING, bound_at=T0 - 5))
+    h.run()
+    held = stand_ins(h)
+    assert len(held) == 3 and {n[:1] for n in held.values()} == {"b"}
+    gang = h.s.gangs["ml/g"]
+    assert gang.hold is not None
+    assert gang.hold.deadline == T0 - 5 + CoreConfig().default_schedule_timeout_seconds
+    h.add(replace(make_pod("other").cpu("1").gpus(4).obj(), namespace="ml"))
+    assert not binds(h.run()), "the room is held"
+    h.add(*workers("g", "b"))
+    [b] = binds(h.run())
+    assert sorted(x.pod.name for x in b.bindings) == ["g-1", "g-2", "g-3"]
+
+    late = racks(("b", 2))
+    group(late, "g")
+    old = T0 - CoreConfig().default_schedule_timeout_seconds - 1
+    late.add(pod("g-0", "g", leader=True, node_name="b0", phase=PodPhase.RUNNING, bound_at=old))
+    late.run()
+    assert not stand_ins(late) and late.s.gangs["ml/g"].hold is None
