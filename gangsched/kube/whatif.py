@@ -173,6 +173,7 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
                 raise
             if e.status == 403:
                 verdict.notes.append(f"not allowed to list {r.name}: left out")
+    _show_placed(core)
     ahead = core.run_until_idle()  # what the scheduler would decide before the gang came
     verdict.ahead = sorted({d.gang for d in ahead if isinstance(d, BindGang)})
     for obj in objs:
@@ -192,6 +193,16 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
     if not verdict.fits and not verdict.victims:
         verdict.expected = Forecast(core, [key]).run().get(key)
     return verdict
+
+
+def _show_placed(core: Scheduler) -> None:
+    """Show the scorers every pod the scheduler placed, oldest first, as the running scheduler
+    was shown each when it placed it: scorers that learn from the pods they see (the
+    fragmentation score's mix of GPU requests, ``gpuRequestWindow``) then score as it does."""
+    name = core.config.scheduler_name
+    placed = [p for p in core.cache.pods.values() if p.scheduler_name == name and p.node_name]
+    for pod in sorted(placed, key=lambda p: (p.created, p.uid)):
+        core.finder.observe(pod)
 
 
 async def _maybe(result: Any) -> None:
