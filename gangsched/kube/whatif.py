@@ -130,6 +130,8 @@ def _prepare(objs: Sequence[JSON], default_ns: str) -> list[JSON]:
     out = []
     for i, obj in enumerate(objs):
         obj = dict(obj)
+        if isinstance(obj.get("spec"), dict):
+            obj["spec"] = dict(obj["spec"])  # the user's own objects are left as they were
         meta = dict(obj.get("metadata") or {})
         meta.setdefault("namespace", default_ns)
         meta.setdefault("uid", f"what-if-{i}")
@@ -143,6 +145,40 @@ def _prepare(objs: Sequence[JSON], default_ns: str) -> list[JSON]:
     return out
 
 
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+async def _admit_priorities(client: KubeClient, objs: list[JSON], notes: list[str]) -> None:
+    """Give the pods the priority (and preemption policy) the API server's Priority admission
+    would: their ``priorityClassName``'s, else the class marked ``globalDefault``, else 0. A
+    pod that says its ``priority`` keeps it."""
+    pods = [o for o in objs if o.get("kind") == "Pod"]
+    if not pods or all("priority" in (o.get("spec") or {}) for o in pods):
+        return
+    try:
+        listed = (await client.get(PRIORITY_CLASSES)).get("items") or []
+    except ApiError as e:
+        if e.status not in (403, 404):
+            raise
+        notes.append("not allowed to list priorityclasses: the pods' priority classes left out")
+        return
+    classes = {str((c.get("metadata") or {}).get("name", "")): c for c in listed}
+    default = next((c for c in listed if c.get("globalDefault")), None)
+    for pod in pods:
+        spec = pod.setdefault("spec", {})
+        if "priority" in spec:
+            continue
+        name = spec.get("priorityClassName")
+        cls = classes.get(str(name)) if name else default
+        if name and cls is None:
+            raise ValueError(f"pod {pod['metadata'].get('name')}: no PriorityClass {name!r}")
+        if cls is None:
+            continue
+        spec["priority"] = int(cls.get("value", 0))
+        if "preemptionPolicy" not in spec and cls.get("preemptionPolicy"):
+            spec["preemptionPolicy"] = cls["preemptionPolicy"]
+
+
 async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], ns: str) -> Verdict:
     """The verdict for the gang of ``objs`` (a PodGroup and its pods), see the module's
     docstring. Raises ``ValueError`` when the objects hold no PodGroup or no pod."""
@@ -153,6 +189,7 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
             "what-if needs a PodGroup and its pods (kind PodGroup, and kind Pod, Job or JobSet)"
         )
     objs = _prepare(objs, ns)
+    await _admit_priorities(client, objs, expanded)
     key = _gang_key(objs, ns)
     read = ReadOnly(client)
     core = Scheduler(settings.core(), WallClock())

@@ -7,8 +7,10 @@ On a control plane of this test's own, so that no other test's pods or scheduler
 cluster between the question and the answer. The gangs stay once placed (kwok runs them), so
 the cluster fills up and later gangs do not fit: they wait, and the gangs waiting are placed
 first by what-if too, as the scheduler would. Every fifth question follows the end of a
-running gang (its pods deleted), once the scheduler has placed what that let in. The cluster
-does not change between a verdict and the submission, so every case must agree.
+running gang (its pods deleted), once the scheduler has placed what that let in. A quarter of
+the gangs are of a higher priority class: where they do not fit, what-if names the pods they
+would evict, and those are the pods the scheduler then evicts. The cluster does not change
+between a verdict and the submission, so every case must agree.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from gangsched.settings import Settings
 from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess, own_control_plane
-from .kube import bound, create, pod, podgroup, refused, wait_for
+from .kube import bound, create, pod, podgroup, pods, refused, wait_for
 
 NS = "what-if"
 SEED = 20261127
@@ -60,6 +62,16 @@ def test_what_if_agrees_with_what_the_scheduler_then_does(tmp_path: Path) -> Non
     rnd = random.Random(SEED)
     with own_control_plane() as cp:
         cp.create_namespace(NS)
+        for cls, value in (("wi-low", 0), ("wi-high", 1000)):
+            create(
+                cp,
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": cls},
+                    "value": value,
+                },
+            )
         for i in range(8):
             cp.add_fake_node(f"w{i}", str(rnd.choice((8, 16, 32))), "64Gi", rnd.choice((2, 4, 8)))
         proc = SchedulerProcess(cp, tmp_path / "s.log").start()
@@ -77,12 +89,17 @@ def test_what_if_agrees_with_what_the_scheduler_then_does(tmp_path: Path) -> Non
                     time.sleep(SETTLE)
                 size, gpus = rnd.randint(1, 3), rnd.choice((1, 2, 2, 4))
                 name = f"g{g}"
+                high = rnd.random() < 0.25  # may evict gangs of the low class
                 members = [
                     pod(f"{name}-{i}", NS, group=name, gpus=gpus, cpu=str(rnd.randint(1, 4)))
                     for i in range(size)
                 ]
+                for m in members:
+                    m["spec"]["priorityClassName"] = "wi-high" if high else "wi-low"
+                    m["spec"]["terminationGracePeriodSeconds"] = 0
                 objs = [podgroup(name, NS, size), *members]
                 verdict = _verdict(cp, objs)
+                before = set(pods(cp, NS))
                 for obj in objs:
                     create(cp, obj)
                 names = [m["metadata"]["name"] for m in members]
@@ -91,21 +108,34 @@ def test_what_if_agrees_with_what_the_scheduler_then_does(tmp_path: Path) -> Non
                     lambda names=names: (o := _outcome(cp, names)) is not None and (o,),
                     timeout=60,
                 )[0]
+                gone = sorted(f"{NS}/{n}" for n in before - set(pods(cp, NS)))
+                for victims in gone:
+                    for r in running:
+                        if victims.split("/")[1] in r:
+                            r.remove(victims.split("/")[1])
+                running = [r for r in running if r]
                 if outcome:
                     running.append(names)
                 said: dict[str, str] = {}
                 for node, placed in verdict.nodes.items():
                     for p in placed:
                         said[p] = node
-                same = verdict.fits == bool(outcome) and (not outcome or said == outcome)
+                fits = verdict.fits or bool(verdict.victims)
+                evicts = sorted(v for v, _ in verdict.victims)
+                same = fits == bool(outcome) and (not outcome or said == outcome)
+                same = same and evicts == gone
                 agreed += same
-                cases.append((name, verdict.fits, said, outcome, verdict.reason, verdict.ahead))
+                cases.append((name, fits, said, outcome, evicts, gone, verdict.reason))
         finally:
             proc.stop()
-        wrong = [c for c in cases if not (c[1] == bool(c[3]) and (not c[3] or c[2] == c[3]))]
-        by = defaultdict(int)
+        wrong = [
+            c
+            for c in cases
+            if not (c[1] == bool(c[3]) and (not c[3] or c[2] == c[3]) and c[4] == c[5])
+        ]
+        by: defaultdict[str, int] = defaultdict(int)
         for c in cases:
-            by["fits" if c[3] else "waits"] += 1
+            by["preempts" if c[5] else "fits" if c[3] else "waits"] += 1
         print(f"{agreed} of {GANGS} verdicts agree ({dict(by)}); disagreements: {wrong}")
-        assert by["fits"] and by["waits"], "both outcomes are exercised"
+        assert by["fits"] and by["waits"] and by["preempts"], "every outcome is exercised"
         assert agreed == GANGS, wrong

@@ -128,3 +128,25 @@ async def test_a_job_or_jobset_stands_for_the_pods_its_controller_would_make(kin
     assert {r.verb for r in kube.requests} <= {"list", "get"}
     v = await what_if(cluster(), _settings(), job_gang(4, kind), "ml")  # type: ignore[arg-type]
     assert not v.fits and "needs 16 nvidia.com/gpu" in v.reason
+
+
+async def test_the_pods_priority_class_is_resolved_as_the_api_server_would() -> None:
+    """A pod of the file names a PriorityClass and says no priority (the API server's admission
+    would set it): what-if gives it the class's value, so the gang preempts as it will."""
+    kube = cluster()
+    kube.seed(
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"metadata": {"name": "high"}, "value": 1000},
+        {"metadata": {"name": "low"}, "value": 0, "globalDefault": True},
+    )
+    objs = gang(gpus=8)
+    for obj in objs[1:]:
+        obj["spec"]["priorityClassName"] = "high"
+    v = await what_if(kube, _settings(), objs, "ml")  # type: ignore[arg-type]
+    assert not v.fits and v.victims == [("ml/busy", "")], v
+    for obj in objs[1:]:
+        assert "priority" not in obj["spec"], "the user's objects are left as they were"
+    for obj in objs[1:]:
+        obj["spec"]["priorityClassName"] = "missing"
+    with pytest.raises(ValueError, match="no PriorityClass 'missing'"):
+        await what_if(cluster(), _settings(), objs, "ml")  # type: ignore[arg-type]
