@@ -240,16 +240,12 @@ class GangCycle:
                 why = why or f"{lf.level}={value}: " + self._finder.diagnose(leader, nodes)
                 continue
             snapshot.place(leader.uid, spot.name)
-            pods = stand_ins(leader, shape, count, lf.level, value)
-            placed, short = self.place_stand_ins(pods, nodes)
-            if short:
-                why = why or f"{lf.level}={value}: {short}"
-            if len(placed) == count:
-                where = f"{lf.level}={value}"
-                hold = Hold(placed, where, leader.uid, 0.0, tuple(pods))
+            hold, short = self.hold_in(leader, lf, spec.min_resources, value)
+            if hold is not None:
                 return Attempt(
-                    placements=snapshot.commit(), satisfied=True, domain=where, hold=hold
+                    placements=snapshot.commit(), satisfied=True, domain=hold.domain, hold=hold
                 )
+            why = why or f"{lf.level}={value}: {short}"
             snapshot.rollback()
         return Attempt(
             reason="Unschedulable",
@@ -257,12 +253,19 @@ class GangCycle:
             unplaced=[leader],
         )
 
-    def place_stand_ins(
-        self, pods: Sequence[Pod], nodes: Sequence[str]
-    ) -> tuple[dict[str, str], str]:
-        """Where the finder puts each stand-in on ``nodes``, one after another (each counted
-        for the next), and why not when one finds no room; the cache is left as it was."""
+    def hold_in(
+        self, leader: Pod, lf: LeaderFirst, min_resources: Mapping[str, int], value: str
+    ) -> tuple[Hold | None, str]:
+        """The room of a leader-first gang's members to come in the domain ``lf.level=value``:
+        a stand-in for each, placed by the finder one after another (each counted for the
+        next), with the cache left as it was. (None, why) when one finds no room. The hold's
+        deadline is for the caller to set."""
         cache = self._cache
+        count = lf.size - 1
+        pods = stand_ins(
+            leader, worker_shape(leader, lf.size, min_resources), count, lf.level, value
+        )
+        nodes = cache.domain_nodes(lf.level).get(value, ())
         placed: dict[str, str] = {}
         why = ""
         try:
@@ -270,7 +273,7 @@ class GangCycle:
                 cache.upsert_pod(pod)
                 info = self._finder.find(pod, nodes)
                 if info is None:
-                    why = f"room for {len(placed)} of {len(pods)} member(s) to come: " + (
+                    why = f"room for {len(placed)} of {count} member(s) to come: " + (
                         self._finder.diagnose(pod, nodes)
                     )
                     break
@@ -280,7 +283,17 @@ class GangCycle:
             for pod in pods:
                 cache.forget(pod.uid)
                 cache.remove_pod(pod.uid)
-        return placed, why
+        if len(placed) != count:
+            return None, why
+        return Hold(placed, f"{lf.level}={value}", leader.uid, 0.0, tuple(pods)), ""
+
+    def hold_beside(
+        self, leader: Pod, lf: LeaderFirst, min_resources: Mapping[str, int], node: str
+    ) -> Hold | None:
+        """:meth:`hold_in` the domain of ``node`` (where the leader is, or goes)."""
+        info = self._cache.nodes.get(node)
+        value = info.node.labels.get(lf.level) if info is not None and info.node else None
+        return None if value is None else self.hold_in(leader, lf, min_resources, value)[0]
 
     # ---- topology-aware placement ------------------------------------------------------
     def _in_domains(

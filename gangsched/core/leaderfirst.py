@@ -25,7 +25,7 @@ where the finder still finds it in the leader's domain (:meth:`Holds.rebuild`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.gang import Gang, Hold, Holdings
@@ -146,11 +146,11 @@ class Holds:
         h: Holdings,
         leader: Pod,
         deadline: float,
-        place: Callable[[Sequence[Pod], Sequence[str]], tuple[dict[str, str], str]],
+        beside: Callable[[Pod, LeaderFirst, Mapping[str, int], str], Hold | None],
     ) -> bool:
         """Hold the room again for a leader-first gang whose leader was bound (by an earlier
-        process) and whose members have not come: where ``place`` (the cycle's stand-in
-        placement) finds it in the leader's domain, until ``deadline``. Whether it did."""
+        process) and whose members have not come: where ``beside`` (the cycle's
+        ``hold_beside``) finds it in the leader's domain, until ``deadline``. Whether it did."""
         spec, lf = gang.spec, leader.leader_first
         if (
             spec is None
@@ -162,16 +162,11 @@ class Holds:
             or lf.size != spec.min_member
         ):
             return False
-        info = self._cache.nodes.get(leader.node_name)
-        value = info.node.labels.get(lf.level) if info is not None and info.node else None
-        if value is None:
+        hold = beside(leader, lf, spec.min_resources, leader.node_name)
+        if hold is None:
             return False
-        shape = worker_shape(leader, lf.size, spec.min_resources)
-        pods = stand_ins(leader, shape, lf.size - 1, lf.level, value)
-        placed, _ = place(pods, self._cache.domain_nodes(lf.level).get(value, ()))
-        if len(placed) != len(pods):
-            return False
-        self.install(gang, Hold(placed, f"{lf.level}={value}", leader.uid, deadline, tuple(pods)))
+        hold.deadline = deadline
+        self.install(gang, hold)
         return True
 
     def expired(self, now: float) -> list[Gang]:

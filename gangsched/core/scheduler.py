@@ -595,7 +595,7 @@ class Scheduler:
             deadline = bound + self.book.timeout(gang.spec)
             if deadline > now:
                 self.holds.rebuild(
-                    gang, holdings(gang, self.cache), pod, deadline, self.cycle.place_stand_ins
+                    gang, holdings(gang, self.cache), pod, deadline, self.cycle.hold_beside
                 )
 
     def schedule_one(self) -> list[Decision] | None:

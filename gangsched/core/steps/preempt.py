@@ -17,7 +17,7 @@ from gangsched.core.config import CoreConfig
 from gangsched.core.decisions import Binding, Decision, Evict, Preempt, Victim, pod_ref
 from gangsched.core.eviction import Evictions
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Hold, Holdings
-from gangsched.core.leaderfirst import applies, stand_ins, worker_shape
+from gangsched.core.leaderfirst import applies
 from gangsched.core.model import GangMode, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
@@ -88,18 +88,9 @@ class Preemption:
         if lf is None or gang.spec is None:
             return None
         leader = h.pending[0]
-        node = placements.get(leader.uid, "")
-        info = self._cache.nodes.get(node)
-        value = info.node.labels.get(lf.level) if info is not None and info.node else None
-        if value is None:
-            return None
-        shape = worker_shape(leader, lf.size, gang.spec.min_resources)
-        pods = stand_ins(leader, shape, lf.size - 1, lf.level, value)
-        nodes = self._cache.domain_nodes(lf.level).get(value, ())
-        placed, _ = self.preemptor.cycle.place_stand_ins(pods, nodes)
-        if len(placed) != len(pods):
-            return None
-        return Hold(placed, f"{lf.level}={value}", leader.uid, 0.0, tuple(pods))
+        return self.preemptor.cycle.hold_beside(
+            leader, lf, gang.spec.min_resources, placements.get(leader.uid, "")
+        )
 
     def preempt(self, gang: Gang, h: Holdings, why: str) -> Preempt | str:
         """Evict lower-priority gangs for the gang, if that lets it fit; otherwise why not
