@@ -135,6 +135,12 @@ class Holds:
         self._wake()
         return True
 
+    def leader_gone(self, gang: Gang | None, uid: str) -> None:
+        """The pod ``uid`` ended, went or did not bind: if it is the leader the gang holds room
+        for, no member will come for that room."""
+        if gang is not None and gang.hold is not None and gang.hold.leader == uid:
+            self.release(gang)
+
     def release_key(self, key: str) -> None:
         gang = self.gangs.get(key)
         if gang is not None:

@@ -277,7 +277,6 @@ class Preemptor:
         """(pods counted as gone already, units that may be evicted). A unit with a member
         that Kueue admitted is not one when ``evicting``."""
         cache = self._cache
-        self.kueue_spared = 0
         spared: set[str] = set()  # gang keys with a member Kueue admitted
         going: list[str] = []
         alone: list[Pod] = []

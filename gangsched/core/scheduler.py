@@ -403,13 +403,11 @@ class Scheduler:
         if old is not None and old.group != pod.group:
             self._leave(old)
         gang = self._gang(key, pod)
-        if gang.hold is not None and gang.hold.leader == pod.uid and (pod.terminal or pod.deleting):
-            self.holds.release(gang)  # the leader is gone: no member will come for its room
+        if pod.terminal or pod.deleting:
+            self.holds.leader_gone(gang, pod.uid)
         elif (
             pod.leader_first is not None
             and pod.node_name
-            and not pod.terminal
-            and not pod.deleting
             and gang.hold is None
             and (old is None or not old.node_name)
         ):
@@ -451,9 +449,7 @@ class Scheduler:
         counted = bool(self.cache.node_of(uid))
         self.cache.remove_pod(uid)
         if pod is not None:
-            held = self.gangs.get(pod.group) if pod.group else None
-            if held is not None and held.hold is not None and held.hold.leader == uid:
-                self.holds.release(held)
+            self.holds.leader_gone(self.gangs.get(pod.group), uid)
             self._ungroup(pod)
             self._leave(pod)
             self._member_changed(pod, None)
@@ -515,8 +511,7 @@ class Scheduler:
         gang = self.gangs.get(key)
         if gang is None:
             return
-        if gang.hold is not None and gang.hold.leader == uid:
-            self.holds.release(gang)  # the leader did not bind: nothing to hold room for
+        self.holds.leader_gone(gang, uid)  # a leader that did not bind holds no room
         now = self.clock.now()
         gang.reason, gang.message = "BindFailed", message
         gang.attempts += 1
