@@ -32,7 +32,7 @@ from gangsched.api.fields import SpecError, timestamp
 from gangsched.api.membership import Membership, Source, resolve_membership, scheduling_group
 from gangsched.api.podgroup import min_member_of, podgroup_from
 from gangsched.core.model import GangSpec
-from gangsched.core.status import MEMBERS_LOST, count_members, group_status
+from gangsched.core.status import MEMBERS_LOST, count_members, group_status, split_forecast
 
 __all__ = ["GangRow", "default_namespace", "gang_rows", "main", "render"]
 
@@ -84,18 +84,19 @@ def _role_text(members: Mapping[str, int], bound: Mapping[str, int]) -> str:
     return ",".join(parts) or "-"
 
 
-def _waiting(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(reason, message) of an unbound pod's ``PodScheduled=False`` condition, whose message
-    gangsched writes as ``<reason>: <message>``."""
+def _waiting(pod: Mapping[str, Any]) -> tuple[str, str, tuple[str, str] | None] | None:
+    """(reason, message, start forecast) of an unbound pod's ``PodScheduled=False``
+    condition, whose message gangsched writes as ``<reason>: <message>``, ended by the gang's
+    forecast when it has one."""
     if (pod.get("spec") or {}).get("nodeName"):
         return None
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
-            text = str(c.get("message", ""))
+            text, expected = split_forecast(str(c.get("message", "")))
             reason, sep, message = text.partition(": ")
             if sep and reason.isalpha():
-                return reason, message
-            return str(c.get("reason", "")), text
+                return reason, message, expected
+            return str(c.get("reason", "")), text, expected
     return None
 
 
@@ -119,6 +120,8 @@ class _Gathered:
         default_factory=lambda: defaultdict(Counter)
     )
     members: dict[str, list[tuple[str, bool]]] = field(default_factory=lambda: defaultdict(list))
+    # the start forecast its pods' conditions say, for a gang without a gangsched PodGroup
+    expected: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def gang_rows(
@@ -169,7 +172,8 @@ def _add_pod(g: _Gathered, pod: Mapping[str, Any]) -> None:
         )
     except ValueError as e:  # an unreadable spec.schedulingGroup
         m = Membership(error=str(e))
-    why = _waiting(pod)
+    said = _waiting(pod)
+    why = said[:2] if said is not None else None
     refusal = ("InvalidPod", m.error) if m.error else why
     if refusal is not None and refusal[0] in REFUSED:
         reason, message = refusal
@@ -208,6 +212,8 @@ def _add_pod(g: _Gathered, pod: Mapping[str, Any]) -> None:
     g.members[m.key].append((phase, bool(node)))
     if why is not None:
         g.waiting[m.key][why] += 1
+    if said is not None and said[2] is not None:
+        g.expected[m.key] = said[2]
 
 
 def _settle(g: _Gathered, key: str, row: GangRow) -> None:
@@ -227,6 +233,8 @@ def _settle(g: _Gathered, key: str, row: GangRow) -> None:
             reason, message = "InvalidSpec", f"PodGroup {key} is invalid: {problem}"
     else:
         reason, message = common[0][0] if common else ("", "")
+        if (expected := g.expected.get(key)) is not None:
+            row.expected = expected[0] or "unknown"
         attempted = any(r not in NOT_ATTEMPTED for r, _ in g.waiting[key])
         if row.min_member == 0 or reason == "PodGroupNotFound":
             # the PodGroup the pods name is missing: they wait for it

@@ -230,3 +230,28 @@ def test_the_expected_start_column() -> None:
         "unknown",
         "-",
     ]
+
+
+def _waiting_pod(name: str, group: str, message: str) -> dict[str, Any]:
+    pod = _pod(name, labels={"scheduling.x-k8s.io/pod-group": group})
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    ]
+    return pod
+
+
+def test_a_gang_of_another_convention_shows_the_forecast_its_pods_say() -> None:
+    """A scheduler-plugins gang's forecast is in its pods' PodScheduled message: the column
+    shows it, and WHY shows the reason without it."""
+    why = "Unschedulable: 2 of 2 members need 4 nvidia.com/gpu; no node has room"
+    pods = [
+        _waiting_pod(
+            "a-0", "a", f"{why}; expected to start at 2026-11-27T16:00:00Z, after ml/x ends"
+        ),
+        _waiting_pod("b-0", "b", f"{why}; expected start unknown: waits for ml/y, which declared"
+                     " no end"),
+        _waiting_pod("c-0", "c", why),
+    ]  # fmt: skip
+    rows = _rows([], pods)
+    assert [rows[n].expected for n in ("a", "b", "c")] == ["2026-11-27T16:00:00Z", "unknown", ""]
+    assert {rows[n].why for n in ("a", "b", "c")} == {why.partition(": ")[2]}

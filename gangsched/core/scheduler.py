@@ -198,6 +198,8 @@ class Scheduler:
         self.started = self.reservations.started
         self.failures = self.replay.memo
         self.cycles = 0
+        # How many times a gang's spec was set or removed (what start forecasts read changed)
+        self.spec_changes = 0
         # Gangs that ran and lost members (core/lifecycle.py).
         self.lifecycle = Lifecycle(self.cache, clock, lambda uid: uid in self.awaited_by)
 
@@ -520,6 +522,7 @@ class Scheduler:
 
     # ---- events: gangs -----------------------------------------------------------------
     def gang_upsert(self, spec: GangSpec) -> None:
+        self.spec_changes += 1
         self.specs[spec.key] = spec
         gang = self.gangs.get(spec.key)
         if gang is None:
@@ -531,6 +534,7 @@ class Scheduler:
         self.queue.wake(None, self.book.group_of(gang), at_once=self.book.may_complete(gang))
 
     def gang_delete(self, key: str) -> list[Decision]:
+        self.spec_changes += 1
         self.specs.pop(key, None)
         self.reservations.unreserve(key)
         gang = self.gangs.get(key)

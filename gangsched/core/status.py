@@ -31,6 +31,8 @@ __all__ = [
     "count_members",
     "group_status",
     "podgroup_phase",
+    "split_forecast",
+    "with_forecast",
 ]
 
 PHASES = ("Pending", "Scheduling", "Scheduled", "Running", "Succeeded", "Failed", "Unknown")
@@ -149,3 +151,31 @@ def group_status(
             reason = "Pending"
             message = f"{counts.scheduled} of {min_member} members bound"
     return GroupStatus(min_member, phase, False, reason, message, counts)
+
+
+# How a waiting gang's message ends with its start forecast (the status of its PodGroup, and
+# its pods' PodScheduled condition, say it so).
+_AT = "; expected to start at "
+_UNKNOWN = "; expected start unknown: "
+
+
+def with_forecast(message: str, expected: tuple[str, str]) -> str:
+    """A waiting gang's message with its start forecast (time or '' when unknown, basis)."""
+    at, basis = expected
+    if at:
+        return f"{message}{_AT}{at}, {basis}"
+    return f"{message}{_UNKNOWN}{basis}"
+
+
+def split_forecast(message: str) -> tuple[str, tuple[str, str] | None]:
+    """The message without the forecast :func:`with_forecast` put at its end, and that
+    forecast ((time or '', basis), None when it has none)."""
+    cut = message.rfind(_AT)
+    if cut >= 0:
+        at, sep, basis = message[cut + len(_AT) :].partition(", ")
+        if sep and at:
+            return message[:cut], (at, basis)
+    cut = message.rfind(_UNKNOWN)
+    if cut >= 0:
+        return message[:cut], ("", message[cut + len(_UNKNOWN) :])
+    return message, None

@@ -130,7 +130,7 @@ class Effects:
                 case GangUnschedulable():
                     self._stats.unschedulable += 1
                     for pod in d.pods:
-                        self._reporter.unschedulable(pod, d.reason, d.message)
+                        self._reporter.unschedulable(pod, d.reason, d.message, d.gang)
                 case GangTimedOut():
                     self._stats.timeouts += 1
                     timeout = d.reason == "Timeout"

@@ -678,7 +678,7 @@ class SchedulerService:
         took. The work (core/forecast.py: a twin of the core, run ahead) is done in slices that
         give the loop a turn, and stops after FORECAST_BUDGET seconds of it."""
         core = self.core
-        inputs = (core.cache.generation, len(core.cache.pods), core.cycles, len(core.gangs))
+        inputs = (core.cache.generation, len(core.cache.pods), core.cycles, core.spec_changes)
         if inputs == self._forecast_inputs:
             return 0.0
         self._forecast_inputs = inputs
@@ -703,6 +703,7 @@ class SchedulerService:
         self.metrics.forecasts.labels("unknown").set(len(fresh) - known)
         for key in old.keys() | fresh.keys():
             if old.get(key) != fresh.get(key):
+                self.reporter.forecast(key, self._expected(key))
                 self._report_group(key)
         return work
 

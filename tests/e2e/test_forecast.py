@@ -6,6 +6,8 @@ it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,7 +20,7 @@ import pytest
 from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
-from .kube import bound, create, get_pg, pod, podgroup, wait_for
+from .kube import bound, condition, create, get_pg, pod, podgroup, pods, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -117,3 +119,57 @@ def test_a_gang_waiting_for_one_that_declared_no_end_is_told_so(
     assert _scheduled_message(st).endswith(
         f"; expected start unknown: waits for {ns}/forever, which declared no end"
     )
+
+
+def test_a_volcano_gang_says_it_on_its_pods_and_kubectl_gang_shows_it(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    forecasting: tuple[SchedulerProcess, str],
+) -> None:
+    """A gang of Volcano's convention has no status of gangsched's: the start forecast ends
+    its pods' PodScheduled message, and ``kubectl gang`` shows it in EXPECTED-START."""
+    cp = control_plane
+    _, sched = forecasting
+    sel = nodes(1, gpus=4)
+    create(cp, podgroup("first", ns, 1, expectedRuntimeSeconds=3600))
+    create(cp, pod("first-0", ns, group="first", gpus=4, selector=sel, scheduler=sched))
+    wait_for("first bound", lambda: "first-0" in bound(cp, ns), timeout=60)
+    create(
+        cp,
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "tf", "namespace": ns},
+            "spec": {"minMember": 2},
+        },
+    )
+    ann = {"scheduling.k8s.io/group-name": "tf"}
+    for i in range(2):
+        create(cp, pod(f"tf-{i}", ns, gpus=2, selector=sel, scheduler=sched, annotations=ann))
+    said = f"after {ns}/first ends (declared run time 1h0m)"
+
+    def messages() -> list[str]:
+        found = pods(cp, ns)
+        return [
+            str((condition(found[n], "PodScheduled") or {}).get("message") or "")
+            for n in ("tf-0", "tf-1")
+            if n in found
+        ]
+
+    def forecast_on_both() -> list[str] | None:
+        m = messages()
+        return m if len(m) == 2 and all(said in x for x in m) else None
+
+    got = wait_for("the forecast on both pods", forecast_on_both, timeout=60)
+    at = got[0].rpartition("; expected to start at ")[2].partition(",")[0]
+    assert all(x.endswith(f"; expected to start at {at}, {said}") for x in got), got
+    table = subprocess.run(
+        [sys.executable, "-m", "gangsched.kubectl_gang", "-n", ns, "--kubeconfig",
+         str(cp.kubeconfig)],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    header, *rows = table.splitlines()
+    column = header.split().index("EXPECTED-START")
+    row = next(r.split() for r in rows if r.split()[0] == "tf")
+    assert row[column] == at, table

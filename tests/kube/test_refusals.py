@@ -33,8 +33,11 @@ class RecordingReporter:
         self.dropped = 0
         self.outbox = Outbox()  # where the upstream PodGroup condition writer queues
 
-    def unschedulable(self, pod: PodRef, reason: str, message: str) -> None:
+    def unschedulable(self, pod: PodRef, reason: str, message: str, gang: str = "") -> None:
         self.unschedulable_calls.append((pod.name, reason, message))
+
+    def forecast(self, gang: str, expected: tuple[str, str] | None) -> None:
+        pass
 
     def group_status(self, key: str, status: GroupStatus, **fields: Any) -> None:
         self.groups[key] = {

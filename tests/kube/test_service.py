@@ -281,6 +281,16 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     assert cond["message"].endswith(
         f"; expected to start at {expected}, after ml/first ends (declared run time 1h0m)"
     )
+    await until(
+        "the pod's condition says it too",
+        lambda: (
+            (rig.condition("next-0") or {})
+            .get("message", "")
+            .endswith(
+                f"; expected to start at {expected}, after ml/first ends (declared run time 1h0m)"
+            )
+        ),
+    )
     assert rig.service.metrics.forecasts.labels("known")._value.get() == 1
     # nothing changed: no new round of forecasts
     assert await rig.service.forecast_round() == 0.0
@@ -291,6 +301,58 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     await rig.service.forecast_round()
     await until("the forecast gone", lambda: "expectedStart" not in rig.status("next"))
     assert "expectedStartBasis" not in rig.status("next")
+
+
+async def test_the_pods_of_a_gang_of_another_convention_say_when_it_is_expected_to_start(
+    rig: Rig,
+) -> None:
+    """A scheduler-plugins gang has no status of gangsched's to carry its forecast: its pods'
+    PodScheduled condition says it, after the reason, and says a new one when it changes.
+    The FailedScheduling event does not (events are history, counted by their message)."""
+    kube = rig.kube
+    kube.seed(NODES, node("n0", gpus=8))
+    first = podgroup("first", 1)
+    first["spec"]["expectedRuntimeSeconds"] = 3600
+    kube.seed(PODGROUPS, first)
+    kube.seed(XK8S_PODGROUPS, podgroup("next", 2, api="scheduling.x-k8s.io/v1alpha1"))
+    kube.seed(PODS, *members("first", 1, gpus=8))
+    rig.start()
+    await until("first bound", lambda: rig.bindings() == ["first-0"])
+    await until("first running", lambda: rig.core.view("ml/first").bound == 1)  # type: ignore[union-attr]
+    kube.seed(PODS, *members("next", 2, gpus=4, label=XK8S_LABEL))
+    await until("next refused", lambda: rig.condition("next-1") is not None)
+    await rig.service.forecast_round()
+    expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + 3600))
+    said = f"; expected to start at {expected}, after ml/first ends (declared run time 1h0m)"
+    for name in ("next-0", "next-1"):
+        await until(
+            f"{name}'s forecast",
+            lambda n=name: ((rig.condition(n) or {}).get("message") or "").endswith(said),  # type: ignore[misc]
+        )
+        cond = rig.condition(name) or {}
+        assert cond["reason"] == "Unschedulable"
+        assert cond["message"].startswith("Unschedulable: ")
+    assert all("expected" not in e["note"] for e in rig.events("FailedScheduling"))
+    assert kube.sent("patch", "scheduling.x-k8s.io") == [], "another project's status is not ours"
+
+    # first declares an hour more: the pods say the new time
+    first["spec"]["expectedRuntimeSeconds"] = 7200
+    kube.seed(PODGROUPS, first)
+    await until(
+        "first's new spec",
+        lambda: rig.core.gangs["ml/first"].spec.expected_runtime_seconds == 7200,
+    )
+    await rig.service.forecast_round()
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + 7200))
+    await until(
+        "the new forecast",
+        lambda: f"expected to start at {later}," in (rig.condition("next-0") or {})["message"],
+    )
+
+    kube.remove(f"{PODS}/first-0")
+    rig.clock.advance(60)  # past its backoff
+    rig.service.poke()
+    await until("next bound", lambda: sorted(rig.bindings()) == ["first-0", "next-0", "next-1"])
 
 
 JOBS = "/apis/batch/v1/namespaces/ml/jobs"

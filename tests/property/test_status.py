@@ -30,7 +30,13 @@ from gangsched.core.decisions import BindGang
 from gangsched.core.model import GangMode, GangSpec, Node, Pod, PodPhase
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
-from gangsched.core.status import SCHEDULED_PHASES, GroupStatus, MemberCounts
+from gangsched.core.status import (
+    SCHEDULED_PHASES,
+    GroupStatus,
+    MemberCounts,
+    split_forecast,
+    with_forecast,
+)
 from gangsched.kube.write.podstatus import scheduler_status
 
 KEY = "ml/g"
@@ -281,3 +287,17 @@ def test_podgroup_status_never_contradicts_itself_or_the_pods(
     for op, n in ops:
         world.apply(op, n)
         _check(world, after_schedule=op in ("schedule", "settle"))
+
+
+@given(
+    message=st.text(max_size=80),
+    at=st.sampled_from(["", "2026-11-27T16:00:00Z"]),
+    # a basis names gangs and durations: never a ';'
+    basis=st.text(st.characters(blacklist_characters=";"), max_size=80),
+)
+def test_a_forecast_said_at_the_end_of_a_message_is_read_back(
+    message: str, at: str, basis: str
+) -> None:
+    """What kubectl gang reads from a pod's PodScheduled message is the forecast the
+    scheduler put there, and the message before it (whatever that says)."""
+    assert split_forecast(with_forecast(message, (at, basis))) == (message, (at, basis))

@@ -29,13 +29,14 @@ from typing import Any
 
 from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
-from gangsched.core.status import GroupStatus
+from gangsched.core.status import GroupStatus, with_forecast
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON, ApiError
 
 __all__ = [
     "CONTROLLER_MANAGER",
     "SCHEDULER_MANAGER",
+    "Expected",
     "UnboundVersion",
     "apply_body",
     "find_condition",
@@ -43,12 +44,16 @@ __all__ = [
     "says",
     "scheduler_status",
     "transition_time",
+    "with_forecast",
     "write_pod_condition",
 ]
 
 # The field managers of the two PodGroup status writers (see the module docstring).
 SCHEDULER_MANAGER = "gangsched-scheduler"
 CONTROLLER_MANAGER = "gangsched-controller"
+
+# A start forecast as the scheduler says it: (the time, or '' when unknown; the basis).
+Expected = tuple[str, str]
 
 # The resourceVersion of a pod as last seen unbound ('' when not known), or None when it is
 # bound or gone.
@@ -79,14 +84,6 @@ def transition_time(previous: Mapping[str, Any] | None, status: str, now: str) -
         if isinstance(kept, str) and kept:
             return kept
     return now
-
-
-def with_forecast(message: str, expected: tuple[str, str]) -> str:
-    """A waiting gang's message with its start forecast, (time or '' when unknown, basis)."""
-    at, basis = expected
-    if at:
-        return f"{message}; expected to start at {at}, {basis}"
-    return f"{message}; expected start unknown: {basis}"
 
 
 def scheduler_status(

@@ -5,7 +5,9 @@ seconds does not write the same thing every few seconds.
 On pods gangsched writes only events and the ``PodScheduled`` condition (``pods/status``), as
 kube-scheduler does: never the pod itself, so it needs no ``patch`` on pods. A gang whose
 reservations were released at its deadline says so in both: a ``GangTimeout`` event and
-``PodScheduled=False`` with the message ``Timeout: <why>``.
+``PodScheduled=False`` with the message ``Timeout: <why>``. A waiting gang's start forecast
+ends its pods' ``PodScheduled`` message too (``; expected to start at <time>, <basis>``), so
+gangs of every PodGroup convention show it; it is rewritten when the forecast changes.
 
 PodGroup status: this is the only writer of the phase, the member counts, the ``Scheduled``
 condition, ``scheduleStartTime``, ``lastFailureTime`` and ``waiting``, from the core's one rule
@@ -29,6 +31,7 @@ from gangsched.kube.io.times import rfc3339
 from gangsched.kube.write.events import EventRecorder
 from gangsched.kube.write.podstatus import (
     SCHEDULER_MANAGER,
+    Expected,
     UnboundVersion,
     apply_body,
     find_condition,
@@ -36,6 +39,7 @@ from gangsched.kube.write.podstatus import (
     says,
     scheduler_status,
     transition_time,
+    with_forecast,
     write_pod_condition,
 )
 
@@ -77,6 +81,11 @@ class Reporter:
             client, outbox, f"{lbl.GROUP}/{COMPONENT}", instance, refresh=repeat_after
         )
         self._conditions: dict[str, str] = {}
+        # The unschedulable pods' conditions before their forecast (pod, reason, message), by
+        # gang and pod UID, and each gang's forecast: a new forecast rewrites them.
+        self._waiting: dict[str, dict[str, tuple[PodRef, str, str]]] = {}
+        self._gang_of: dict[str, str] = {}
+        self._forecasts: dict[str, Expected] = {}
         self._group_status: dict[str, Reported] = {}
         # Where the pod watch says which pods are still unbound (set by the service); without
         # it a condition write reads the pod first.
@@ -91,6 +100,7 @@ class Reporter:
         that sends it again for a pod its predecessor bound (the event may have been lost
         with the process) writes it only if it is not there."""
         self._conditions.pop(pod.uid, None)
+        self._not_waiting(pod.uid)
         self._events.forget(pod.uid, "FailedScheduling")  # what it had not sent is moot now
         self._events.record(
             pod,
@@ -102,22 +112,57 @@ class Reporter:
             name=scheduled_event_name(pod),
         )
 
-    def unschedulable(self, pod: PodRef, reason: str, message: str) -> None:
+    def unschedulable(self, pod: PodRef, reason: str, message: str, gang: str = "") -> None:
         """A FailedScheduling event and ``PodScheduled=False``, as kube-scheduler does, with
         the gang's reason and message (``<reason>: <message>``). The condition's reason is
         Unschedulable, except for a gang held back by scheduling gates: SchedulingGated, the
         reason the API server gives a gated pod, so that nothing (a cluster autoscaler) takes
         the gang for one that needs more nodes. Refused pods (InvalidPod, Unsupported) get
-        the field that is wrong or not supported in the message."""
+        the field that is wrong or not supported in the message. The condition's message
+        ends with ``gang``'s start forecast, when there is one (:meth:`forecast`); the event
+        does not (events are history, and a series is counted by its message)."""
         self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
         condition_reason = "SchedulingGated" if reason == "SchedulingGated" else "Unschedulable"
-        self._pod_condition(pod, condition_reason, f"{reason}: {message}")
+        said = f"{reason}: {message}"
+        self._not_waiting(pod.uid)
+        if gang:
+            self._waiting.setdefault(gang, {})[pod.uid] = (pod, condition_reason, said)
+            self._gang_of[pod.uid] = gang
+            expected = self._forecasts.get(gang)
+            if expected is not None:
+                said = with_forecast(said, expected)
+        self._pod_condition(pod, condition_reason, said)
+
+    def forecast(self, gang: str, expected: Expected | None) -> None:
+        """The gang's start forecast is now ``expected`` (None: none): the conditions of its
+        unschedulable pods say it."""
+        if expected is None:
+            if self._forecasts.pop(gang, None) is None:
+                return
+        elif self._forecasts.get(gang) == expected:
+            return
+        else:
+            self._forecasts[gang] = expected
+        for pod, reason, said in list(self._waiting.get(gang, {}).values()):
+            self._pod_condition(
+                pod, reason, said if expected is None else with_forecast(said, expected)
+            )
+
+    def _not_waiting(self, uid: str) -> None:
+        gang = self._gang_of.pop(uid, None)
+        if gang is not None:
+            pods = self._waiting.get(gang)
+            if pods is not None:
+                pods.pop(uid, None)
+                if not pods:
+                    del self._waiting[gang]
 
     def timed_out(self, pod: PodRef, message: str) -> None:
         """``PodScheduled=False`` (reason Unschedulable, message ``Timeout: <message>``) on a
         pod whose gang's reservations were released at its deadline, next to the
         ``GangTimeout`` event the service records: where users (and tools that read
         conditions) see that the gang timed out. gangsched writes nothing else on the pod."""
+        self._not_waiting(pod.uid)
         self._pod_condition(pod, "Unschedulable", f"Timeout: {message}")
 
     def _pod_condition(self, pod: PodRef, reason: str, message: str) -> None:
@@ -160,6 +205,7 @@ class Reporter:
 
     def forget_pod(self, uid: str) -> None:
         self._conditions.pop(uid, None)
+        self._not_waiting(uid)
         self._events.forget(uid)
 
     def flush(self) -> None:
@@ -254,3 +300,4 @@ class Reporter:
 
     def forget_group(self, key: str) -> None:
         self._group_status.pop(key, None)
+        self._forecasts.pop(key, None)
