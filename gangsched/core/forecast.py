@@ -36,6 +36,8 @@ from gangsched.core.decisions import BindGang, Decision, Evict, Preempt
 from gangsched.core.gang import PLAIN_PREFIX
 from gangsched.core.leaderfirst import STAND_IN
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod, PodPhase
+from gangsched.core.queue import Retry, Wake
+from gangsched.core.reservation import Reservation
 from gangsched.core.resourceclaims import Claim as ResourceClaim
 from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass
 from gangsched.core.resources import ResourceList, add_into
@@ -49,8 +51,10 @@ __all__ = ["Estimate", "Forecast", "forecast", "span"]
 HORIZON_SECONDS = 30 * 24 * 3600.0
 # how many times the twin schedules at most (at declared ends, and at its own wake-ups)
 MAX_STEPS = 5_000
-# declared ends this much later, relative to how far ahead they are, are taken together
+# declared ends this much later, relative to how far ahead they are (at least BATCH_FLOOR
+# seconds), are taken together
 BATCH = 0.01
+BATCH_FLOOR = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,11 @@ class _Snapshot:
     pods: list[Pod]
     starts: list[tuple[str, float]]  # gang key -> its first attempt
     seen_bound: dict[str, float]  # pod uid -> when the live scheduler saw it bound
+    # gang key -> (failed attempts, the last failure, where it waits for its retry) of the
+    # gangs that failed on the cluster
+    retries: dict[str, tuple[int, float | None, Retry]]
+    reservation: Reservation | None  # the live one (a copy)
+    learned: list[object | None]  # what the live scorers learned (NodeFinder.learned)
 
     @classmethod
     def of(cls, live: Scheduler) -> _Snapshot:
@@ -137,6 +146,17 @@ class _Snapshot:
             pods=[p for p in cache.pods.values() if not p.uid.startswith(STAND_IN)],
             starts=[(k, g.schedule_start) for k, g in live.gangs.items() if g.schedule_start],
             seen_bound=dict(live.started),
+            learned=live.finder.learned(),
+            reservation=(
+                replace(held, need={n: dict(v) for n, v in held.need.items()})
+                if (held := live.reserve.current) is not None
+                else None
+            ),
+            retries={
+                k: (g.attempts, g.last_failure, retry)
+                for k, g in live.gangs.items()
+                if (retry := live.queue.retry(k)) is not None
+            },
         )
 
 
@@ -146,10 +166,12 @@ class _Twin:
     def __init__(self, snap: _Snapshot) -> None:
         self.now = snap.now
         self.clock = FakeClock(self.now)
-        # No backoff in the twin: at each end, the waiting gangs are tried in queue order (the
-        # live scheduler's retries are at most backoffMaxSeconds apart)
-        config = replace(snap.config, backoff_initial_seconds=0.0, backoff_max_seconds=0.0)
-        self.core = Scheduler(config, self.clock)
+        self.core = Scheduler(snap.config, self.clock)
+        self.batch, self.batch_floor = BATCH, BATCH_FLOOR
+        # whether a run ahead stopped at its most steps, not for want of anything to do
+        self.out_of_steps = False
+        # (gang, cache generation) of the reservation as the twin's last attempt left it
+        self._reserved: tuple[str, int] | None = None
         self._snap = snap
         self._seq = 0
         self.ends: list[tuple[float, int, str]] = []  # (when, order, pod uid)
@@ -199,6 +221,23 @@ class _Twin:
         for key, start in snap.starts:
             if key in twin.gangs:
                 twin.restore_schedule_start(key, start)
+        # when the running pods started, as the live core saw them start (not the twin's now)
+        for uid, at in snap.seen_bound.items():
+            if uid in twin.started:
+                twin.started[uid] = at
+        # the scorers score as the live ones do (what they learned from the pods they saw)
+        twin.finder.learn(snap.learned)
+        # the live reservation holds its nodes in the twin from the start (its gang would
+        # otherwise make it again only at its next attempt, after others took the room)
+        if snap.reservation is not None and snap.reservation.gang in twin.gangs:
+            twin.reserve.current = snap.reservation
+        # the gangs backing off do so in the twin too, as long: the capacity a declared end
+        # frees goes to the gang the live scheduler would try first
+        for key, (attempts, last_failure, retry) in snap.retries.items():
+            gang = twin.gangs.get(key)
+            if gang is not None and twin.queue.state_of(key) == "active":
+                gang.attempts, gang.last_failure = attempts, last_failure
+                twin.queue.restore_retry(key, twin.book.sort_key(gang), retry)
 
     # ---- what is declared ---------------------------------------------------------------
     def declared_end(self, pod: Pod, bound: float) -> _End | None:
@@ -258,6 +297,46 @@ class _Twin:
 
     def settle(self) -> None:
         self.apply(self.core.run_until_idle())
+
+    def fail_retries(self, before: float) -> None:
+        """Nothing waiting could fit until ``before``: every gang whose backoff ends until
+        then fails its retry, as in the live scheduler, and backs off longer (without the
+        attempt: it could not succeed). So the twin's gangs are in backoff when the live ones
+        would be, and the capacity the next end frees goes to the gang the live scheduler
+        tries first."""
+        queue = self.core.queue
+        while (t := queue.next_wakeup()) is not None and t < before:
+            self.clock.set(max(t, self.clock.now()))
+            if not self.fail_due():
+                return  # (no backoff configured: nothing to follow)
+
+    def fail_due(self) -> bool:
+        """Nothing waiting could fit: the gangs due to be tried now fail, as their attempt
+        would, without it (their backoff grows). A gang whose attempt would make or remake
+        the reservation is tried (that is its attempt's effect). False when the backoff is
+        none."""
+        core, queue = self.core, self.core.queue
+        queue.flush()
+        tried = False
+        for key in queue.active_order():
+            gang = core.gangs.get(key)
+            h = core.holdings(key)
+            if gang is None or h is None or not core.book.may_complete(gang):
+                tried = True  # waits for its members: its attempt says so
+                continue
+            if core.reservations.due(gang, h) and self._reserved != (key, core.cache.generation):
+                tried = True  # its attempt makes or remakes the reservation: tried
+                continue
+            # (the gang holding the reservation, with nothing changed since its attempt made
+            # it, would make the same again)
+            core.book.fail(gang, gang.reason, gang.message, Wake.CLUSTER)
+            if core.book.backoff(gang) <= 0:
+                return False
+        if tried:
+            self.settle()
+            r = core.reserve.current
+            self._reserved = (r.gang, core.cache.generation) if r is not None else None
+        return True
 
     def free_total(self) -> ResourceList:
         """What the nodes have free, summed over them (what the waiting gangs may use)."""
@@ -321,6 +400,7 @@ class Forecast:
         budget: float | None = None,
         timer: Callable[[], float] | None = None,
         most: int | None = None,
+        exact: bool = False,
     ) -> None:
         keys = gangs if gangs is not None else _waiting(core)
         targets: list[str] = []
@@ -351,6 +431,8 @@ class Forecast:
         self._timer = timer
         self.result: dict[str, Estimate] = {}
         self.cut_short = False
+        # every declared end at its own time, not in batches (slower; for tests)
+        self._exact = exact
 
     def run(self) -> dict[str, Estimate]:
         for _ in self.steps():
@@ -367,6 +449,8 @@ class Forecast:
             timer() + self._budget if timer is not None and self._budget is not None else None
         )
         twin = _Twin(self._snap)
+        if self._exact:
+            twin.batch = twin.batch_floor = 0.0
         yield from twin.build()
         twin.expect_running()
         twin.settle()
@@ -391,6 +475,14 @@ class Forecast:
             return
         missing = [k for k in self.targets if k not in known]
         blockers: dict[str, tuple[str, ...]] = {}
+        if missing and twin.out_of_steps:
+            # what the twin did not reach is not known, not "does not fit"
+            far = Estimate(None, f"not forecast within {self._max_steps} steps of the twin")
+            self.result.update(
+                {k: Estimate(known[k], *_why_then(twin, k, known[k])) if k in known else far
+                 for k in self.targets}
+            )  # fmt: skip
+            return
         if missing:
             for _ in _blockers(twin, missing, self._horizon, self._max_steps, blockers):
                 yield
@@ -448,11 +540,20 @@ def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -
     for _ in range(max_steps):
         if targets <= twin.started.keys():
             return
-        if twin.ends:
+        t_wake = core.next_wakeup()
+        if twin.ends and t_wake is not None and clock.now() <= t_wake < twin.ends[0][0]:
+            # a gang's backoff ends before the next end
+            if t_wake > limit:
+                return
+            if not twin.could_fit(free):
+                twin.fail_retries(min(twin.ends[0][0], limit))
+                continue
+            clock.set(t_wake)
+        elif twin.ends:
             t = max(twin.ends[0][0], clock.now())
             if t > limit:
                 return
-            t_batch = t + max(1.0, BATCH * (t - twin.now))
+            t_batch = t + max(twin.batch_floor, twin.batch * (t - twin.now))
             clock.set(t)
             while twin.ends and twin.ends[0][0] <= t_batch:
                 _, _, uid = heapq.heappop(twin.ends)
@@ -460,6 +561,7 @@ def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -
                 if freed is not None:
                     add_into(free, freed)
             if not twin.could_fit(free):
+                twin.fail_due()  # the gangs the ends woke are tried, and fail
                 continue
             progress = t
         else:
@@ -471,6 +573,7 @@ def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -
         twin.settle()
         free = twin.free_total() if len(twin.started) > started else free
         yield
+    twin.out_of_steps = True
 
 
 def _blockers(

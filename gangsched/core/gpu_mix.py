@@ -170,6 +170,18 @@ class GpuMix:
                 del counts[old]
         self._changes += 1
 
+    def copy(self) -> GpuMix:
+        """A mix of its own that says what this one says now (its snapshot included)."""
+        other = GpuMix(self.window, self.drift)
+        other._recent = deque(self._recent)
+        other._uids = set(self._uids)
+        other._counts = dict(self._counts)
+        other._snapshot = self._snapshot
+        other._snap_counts = dict(self._snap_counts)
+        other._changes = self._changes
+        other._check_at = self._check_at
+        return other
+
     def weights(self) -> MixWeights:
         """The current snapshot, taken anew when the mix has drifted from it."""
         if self._changes and self._changes >= self._check_at:

@@ -182,6 +182,25 @@ class NodeFinder:
             for plugin, _ in self._normalizing:
                 plugin.pre_score(pod, state)
 
+    def learned(self) -> list[object | None]:
+        """What each scorer learned from the pods it was shown (a copy; None for those that
+        learn nothing): the fragmentation score's mix of requests."""
+        out: list[object | None] = []
+        for p, _ in (*self._normalizing, *self._scorers):
+            learned = getattr(p, "learned", None)
+            out.append(learned() if learned is not None else None)
+        return out
+
+    def learn(self, learned: list[object | None]) -> None:
+        """Take what another finder's scorers had learned (:meth:`learned`, same
+        configuration): a finder built afresh from the same cluster (a start forecast's twin)
+        then scores as the one that has run all along."""
+        scorers = [p for p, _ in (*self._normalizing, *self._scorers)]
+        for p, state in zip(scorers, learned, strict=False):
+            learn = getattr(p, "learn", None)
+            if learn is not None and state is not None:
+                learn(state)
+
     def unhonoured(self, pod: Pod) -> str:
         """The first field of ``pod`` whose filter the configuration left out, named with the
         plugin, or ''. Such a pod is refused: placing it while ignoring a required constraint

@@ -41,13 +41,24 @@ import enum
 import heapq
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from gangsched.core.clock import Clock
 
-__all__ = ["SchedulingQueue", "SortKey", "Wake"]
+__all__ = ["Retry", "SchedulingQueue", "SortKey", "Wake"]
 
 # (0 for a gang part-way bound, else 1; -priority; timestamp; gang key)
 SortKey = tuple[int, int, float, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A gang waiting for its retry after failing on the cluster (``SchedulingQueue.retry``)."""
+
+    until: float  # not tried before then
+    parked_since: float | None  # parked on cluster events since then; None: backing off
+    failed_at: float | None  # when it failed, while no cluster event has come since
+    eligible: bool  # a cluster event came since it failed (it may jump its backoff)
 
 
 class Wake(enum.Enum):
@@ -208,6 +219,36 @@ class SchedulingQueue:
         entries = [(k, s, g) for k, s, g in self._heap if self._active.get(g) == s]
         return [g for _, _, g in sorted(entries)]
 
+    def retry(self, gang: str) -> Retry | None:
+        """Where a gang that failed on the cluster waits for its retry (backing off, or
+        parked on cluster events), to be given to another queue (:meth:`restore_retry`);
+        None for any other gang."""
+        entry = self._waiting.get(gang)
+        if entry is None:
+            return None
+        parked = self._parked.get(gang)
+        if parked is not None:
+            if parked[0] is not Wake.CLUSTER:
+                return None
+            until, since = parked[2], parked[1]
+        elif gang in self._backoff_until:
+            until, since = self._backoff_until[gang], None
+        else:
+            return None
+        return Retry(until, since, self._failed_at.get(gang), entry[1])
+
+    def restore_retry(self, gang: str, key: SortKey, r: Retry) -> None:
+        """The gang waits for its retry as ``r`` says (from another queue's :meth:`retry`)."""
+        self._keys[gang] = key
+        self._active.pop(gang, None)
+        self._end_backoff(gang)
+        self._unpark(gang)
+        if r.parked_since is not None:
+            self._park(gang, Wake.CLUSTER, r.until, since=r.parked_since)
+        else:
+            self._to_backoff(gang, r.until)
+        self._enter_waiting(gang, r.eligible, r.failed_at)
+
     def state_of(self, gang: str) -> str:
         if gang in self._active:
             return "active"
@@ -253,10 +294,10 @@ class SchedulingQueue:
         self._backoff_until.pop(gang, None)
         self._spaced.discard(gang)
 
-    def _park(self, gang: str, wake: Wake, until: float) -> None:
+    def _park(self, gang: str, wake: Wake, until: float, since: float | None = None) -> None:
         self._unpark(gang)
         self._seq += 1
-        since = self._clock.now()
+        since = self._clock.now() if since is None else since
         self._parked[gang] = (wake, since, until, self._seq)
         self._parked_by[wake][gang] = None
         heapq.heappush(self._parked_heap, (since, self._seq, gang))

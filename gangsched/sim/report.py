@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -42,11 +43,23 @@ SIZE_CLASSES: tuple[tuple[str, int, float], ...] = (
 def estimate_figures(r: SimResult) -> dict[str, Any]:
     """The start forecasts made at the jobs' first failures (``forecast: true``) beside the
     actual starts: how many were a time and how many unknown, and the error of the times,
-    |forecast - actual start| / (actual start - forecast made), over the jobs that started."""
+    |forecast - actual start| / (actual start - forecast made), over the jobs that started.
+
+    A forecast knows nothing of the jobs submitted after it: the ``_not_overtaken`` figures
+    are over the forecasts of jobs that no job submitted later started before (``overtaken``
+    counts the others)."""
     made = [j for j in r.jobs if j.estimate is not None and j.estimated_at is not None]
     if not made:
         return {}
+    # the earliest start among the jobs submitted after each arrival time
+    by_arrival = sorted(r.jobs, key=lambda j: j.arrival)
+    arrivals = [j.arrival for j in by_arrival]
+    first_after = [math.inf] * (len(by_arrival) + 1)
+    for i in range(len(by_arrival) - 1, -1, -1):
+        start = by_arrival[i].first_started
+        first_after[i] = min(first_after[i + 1], math.inf if start is None else start)
     errors: list[float] = []
+    alone: list[float] = []
     late = 0
     known = 0
     for j in made:
@@ -57,7 +70,10 @@ def estimate_figures(r: SimResult) -> dict[str, Any]:
         if start is None:
             late += 1  # forecast a time, never started in the run
         elif start > since:
-            errors.append(abs(at - start) / (start - since))
+            error = abs(at - start) / (start - since)
+            errors.append(error)
+            if first_after[bisect.bisect_right(arrivals, since)] >= start:
+                alone.append(error)
     return {
         "estimates_made": len(made),
         "estimates_known": known,
@@ -66,6 +82,9 @@ def estimate_figures(r: SimResult) -> dict[str, Any]:
         "estimate_error_p50": round(_pct(errors, 0.5), 4) if errors else None,
         "estimate_error_p90": round(_pct(errors, 0.9), 4) if errors else None,
         "estimate_error_max": round(max(errors), 4) if errors else None,
+        "estimates_overtaken": len(errors) - len(alone),
+        "estimate_error_p50_not_overtaken": round(_pct(alone, 0.5), 4) if alone else None,
+        "estimate_error_p90_not_overtaken": round(_pct(alone, 0.9), 4) if alone else None,
     }
 
 

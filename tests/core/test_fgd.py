@@ -647,3 +647,18 @@ def test_a_pod_with_claims_that_accepts_any_model_leaves_the_scarce_model_alone(
     binpack = dra_cluster("binpack")
     assert binpack.place(claimed(binpack, "any"))[0] == "v100"  # type: ignore[index]
     assert binpack.place(claimed(binpack, "needs-v100", ["V100M32"])) is None
+
+
+def test_a_copied_mix_says_what_the_original_said_and_then_goes_its_own_way() -> None:
+    """What a start forecast's twin is given: the live scorer's mix, as it was."""
+    one, two = RequestClass(1, MILLI, None, 0, 0), RequestClass(2, MILLI, None, 0, 0)
+    mix = GpuMix(window=3)
+    for i, cls in enumerate((one, one, two)):
+        mix.record(f"p{i}", cls)
+    copy = mix.copy()
+    assert copy.weights() == mix.weights() and dict(copy.counts) == {one: 2, two: 1}
+    copy.record("p3", two)  # the window drops p0
+    assert dict(copy.counts) == {one: 1, two: 2}
+    assert dict(mix.counts) == {one: 2, two: 1}, "the original is left as it was"
+    copy.record("p1", one)  # still in the copy's window: counted once
+    assert dict(copy.counts) == {one: 1, two: 2}

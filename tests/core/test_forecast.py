@@ -160,3 +160,20 @@ def test_only_the_first_gangs_in_queue_order_are_forecast_when_asked_so() -> Non
     got = Forecast(h.s, most=1).run()
     assert got["ml/first"].at == T0 + 100.0
     assert got["ml/second"] == Estimate(None, "not forecast: behind the first 1 waiting gangs")
+
+
+def test_a_gang_the_twin_did_not_reach_within_its_steps_is_unknown_not_unfit() -> None:
+    """The twin stops after ``max_steps``: a gang it had not started by then is not known,
+    and says so (never "does not fit")."""
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=100.0)
+    waiting(h, "ml/first", 2, 8, runtime=50.0)
+    h.advance(1)
+    waiting(h, "ml/second", 2, 8, runtime=50.0)
+    steps = 1
+    while (got := Forecast(h.s, max_steps=steps).run())["ml/first"].at is None:
+        assert got["ml/first"] == Estimate(None, f"not forecast within {steps} steps of the twin")
+        steps += 1
+    assert got["ml/first"].at == T0 + 100.0
+    assert got["ml/second"] == Estimate(None, f"not forecast within {steps} steps of the twin")
+    assert Forecast(h.s).run()["ml/second"].at == T0 + 150.0

@@ -454,3 +454,48 @@ def test_scheduler_high_priority_gang_in_backoff_keeps_the_freed_node() -> None:
     assert len(binds[0].bindings) == 2
     low = [d for d in second if isinstance(d, GangUnschedulable)]
     assert [d.pods[0].name for d in low] == ["low"]
+
+
+# ---- a gang's retry, given to another queue ---------------------------------------------
+
+
+def test_a_retry_given_to_another_queue_comes_when_it_would_have(clock: FakeClock) -> None:
+    """A parked gang keeps when it was parked (its flush comes as early), a backing-off
+    gang its retry time, and each waits for what it waited for: the copy behaves as the
+    original at every step."""
+    live = SchedulingQueue(clock, flush_after=60.0)
+    for g in ("parked", "backing", "eligible"):
+        live.activate(g, key(g))
+        assert live.pop() == g
+        live.requeue(g, key(g), clock.now() + 5, Wake.CLUSTER)
+    live.wake(Wake.CLUSTER, ["backing"])  # woken before its retry time: backs off until it
+    clock.advance(1)
+    live.wake(Wake.CLUSTER, [])  # a cluster event after they failed: they may jump
+    live.requeue("members", key("members"), clock.now() + 5, Wake.GANG)
+    assert live.retry("members") is None, "waits for its members, not for a retry"
+    assert live.retry("unknown") is None
+    retry = live.retry("parked")
+    assert retry is not None and retry.parked_since == 1000.0 and retry.until == 1005.0
+    backing = live.retry("backing")
+    assert backing is not None and backing.parked_since is None and backing.until == 1005.0
+
+    twin = SchedulingQueue(clock, flush_after=60.0)
+    for g in ("parked", "backing", "eligible"):
+        r = live.retry(g)
+        assert r is not None
+        twin.restore_retry(g, key(g), r)
+    for q in (live, twin):
+        assert q.next_wakeup() == 1005.0
+        assert {g: q.state_of(g) for g in ("parked", "backing")} == {
+            "parked": "unschedulable",
+            "backing": "backoff",
+        }
+    clock.set(1005.0)
+    for q in (live, twin):
+        q.flush()
+        assert q.active_order() == ["backing"]
+        assert q.next_wakeup() == 1060.0, "the parked ones are flushed a minute after parking"
+    clock.set(1060.0)
+    for q in (live, twin):
+        q.flush()
+        assert drain(q) == ["backing", "eligible", "parked"]

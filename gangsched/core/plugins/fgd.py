@@ -118,6 +118,15 @@ class FragmentationGradient:
         # the device class of the pod being scored when its GPUs come through claims
         self._dra_class = ""
 
+    def learned(self) -> GpuMix:
+        """What this scorer learned from the pods it was shown (a copy): the mix."""
+        return self.mix.copy()
+
+    def learn(self, learned: object) -> None:
+        """Score as the scorer whose :meth:`learned` this is did then."""
+        if isinstance(learned, GpuMix):
+            self.mix = learned.copy()
+
     # ---- the scorer ----------------------------------------------------------------------
     def pre_score(self, pod: Pod, state: CycleState) -> Status:
         cls = request_class(pod, self._label)
