@@ -2,14 +2,20 @@
 
 The twin is a fresh :class:`Scheduler` with the same configuration, given everything the live
 one holds (nodes, namespaces, disruption budgets, storage and device objects, PodGroups, pods,
-when each gang's first attempt was), on a clock of its own that starts at the live clock's
-now. Time then runs forward through what is *declared*: a running pod ends when its gang's
-PodGroup says the run ends (``expectedRuntimeSeconds``, counted from the pod's binding), or at
-the latest when its own ``spec.activeDeadlineSeconds`` runs out (the kubelet stops it then:
-an upper bound). At each end the twin schedules as the scheduler does (queue order and the
-gangs ahead, priorities, reservations and backfill, preemption, topology), and a gang's
-forecast start is when the twin binds it. Nothing else happens in the twin: no gang arrives
-(what will arrive is unknown), no pod ends without a declaration, none fails.
+when each gang's first attempt was), and the live scheduler's own state: each waiting gang's
+backoff (when it is next tried, how many times it failed, when it last failed: its place in the
+queue), the reservation, and what the scorers learned from the pods they saw. It runs on a
+clock of its own that starts at the live clock's now. Time then runs forward through what is
+*declared*: a running pod ends when its gang's PodGroup says the run ends
+(``expectedRuntimeSeconds``, counted from the pod's binding), or at the latest when its own
+``spec.activeDeadlineSeconds`` runs out (the kubelet stops it then: an upper bound). At each
+end the twin schedules as the scheduler does (queue order and the gangs ahead, priorities,
+reservations and backfill, preemption, topology), retrying each gang when its backoff ends as
+the scheduler does (a retry that cannot succeed, when no waiting gang could fit in what is
+free, is counted as failed without being made), and a gang's forecast start is when the twin
+binds it. When nothing else happens, that is what the scheduler does
+(tests/property/test_forecast.py). Nothing else happens in the twin: no gang arrives (what will
+arrive is unknown), no pod ends without a declaration, none fails.
 
 A gang the twin does not bind on declared ends alone gets no time: the answer is *unknown*,
 and what it waits for is named. The twin then lets every running pod without a declared end
@@ -51,10 +57,9 @@ __all__ = ["Estimate", "Forecast", "forecast", "span"]
 HORIZON_SECONDS = 30 * 24 * 3600.0
 # how many times the twin schedules at most (at declared ends, and at its own wake-ups)
 MAX_STEPS = 5_000
-# declared ends this much later, relative to how far ahead they are (at least BATCH_FLOOR
-# seconds), are taken together
+# declared ends this much later, relative to how far ahead they are, are taken together (no
+# floor: two ends a second apart, soon, may go to two different gangs)
 BATCH = 0.01
-BATCH_FLOOR = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +172,7 @@ class _Twin:
         self.now = snap.now
         self.clock = FakeClock(self.now)
         self.core = Scheduler(snap.config, self.clock)
-        self.batch, self.batch_floor = BATCH, BATCH_FLOOR
+        self.batch = BATCH
         # whether a run ahead stopped at its most steps, not for want of anything to do
         self.out_of_steps = False
         # (gang, cache generation) of the reservation as the twin's last attempt left it
@@ -298,6 +303,34 @@ class _Twin:
     def settle(self) -> None:
         self.apply(self.core.run_until_idle())
 
+    def fail_ahead(self, key: str, before: float) -> bool:
+        """The gang has just failed (now), and nothing can fit until ``before``: make every
+        retry it would make until then fail at once, in the arithmetic of the queue (parked
+        until a flush, or backing off until its retry time when that is later), instead of
+        one wake-up at a time. Only while no reservation can be due to it (its attempt would
+        make one). Whether it did."""
+        core = self.core
+        gang = core.gangs.get(key)
+        retry = core.queue.retry(key)
+        if gang is None or retry is None or retry.parked_since is None:
+            return False
+        after = core.config.reservation_after_seconds
+        if after is not None and gang.schedule_start is not None:
+            if core.reservations.turn_come(gang):
+                return False
+            # (its turn may come once it has waited long enough, not before)
+            before = min(before, gang.schedule_start + after)
+        flush = core.queue.flush_after
+        t, until, moved = retry.parked_since, retry.until, False
+        while (nxt := max(t + flush, until)) < before:
+            t, moved = nxt, True
+            gang.attempts += 1
+            until = t + core.book.backoff(gang)
+        if moved:
+            gang.last_failure = t
+            core.queue.restore_retry(key, core.book.sort_key(gang), Retry(until, t, t, False))
+        return True
+
     def fail_retries(self, before: float) -> None:
         """Nothing waiting could fit until ``before``: every gang whose backoff ends until
         then fails its retry, as in the live scheduler, and backs off longer (without the
@@ -307,31 +340,41 @@ class _Twin:
         queue = self.core.queue
         while (t := queue.next_wakeup()) is not None and t < before:
             self.clock.set(max(t, self.clock.now()))
-            if not self.fail_due():
+            if not self.fail_due(before):
                 return  # (no backoff configured: nothing to follow)
 
-    def fail_due(self) -> bool:
+    def fail_due(self, before: float | None = None) -> bool:
         """Nothing waiting could fit: the gangs due to be tried now fail, as their attempt
         would, without it (their backoff grows). A gang whose attempt would make or remake
         the reservation is tried (that is its attempt's effect). False when the backoff is
         none."""
         core, queue = self.core, self.core.queue
         queue.flush()
-        tried = False
-        for key in queue.active_order():
+        tried: list[str] = []
+        while (key := queue.pop()) is not None:
             gang = core.gangs.get(key)
-            h = core.holdings(key)
-            if gang is None or h is None or not core.book.may_complete(gang):
-                tried = True  # waits for its members: its attempt says so
+            if gang is None or not core.book.may_complete(gang):
+                tried.append(key)  # waits for its members: its attempt says so
                 continue
-            if core.reservations.due(gang, h) and self._reserved != (key, core.cache.generation):
-                tried = True  # its attempt makes or remakes the reservation: tried
+            if (
+                self._reserved != (key, core.cache.generation)
+                and core.reservations.turn_come(gang)
+                and (h := core.holdings(key)) is not None
+                and core.reservations.due(gang, h)
+            ):
+                tried.append(key)  # its attempt makes or remakes the reservation: tried
                 continue
             # (the gang holding the reservation, with nothing changed since its attempt made
             # it, would make the same again)
             core.book.fail(gang, gang.reason, gang.message, Wake.CLUSTER)
             if core.book.backoff(gang) <= 0:
                 return False
+            if before is not None:
+                self.fail_ahead(key, before)
+        for key in tried:
+            gang = core.gangs.get(key)
+            if gang is not None:
+                queue.activate(key, core.book.sort_key(gang))
         if tried:
             self.settle()
             r = core.reserve.current
@@ -450,7 +493,7 @@ class Forecast:
         )
         twin = _Twin(self._snap)
         if self._exact:
-            twin.batch = twin.batch_floor = 0.0
+            twin.batch = 0.0
         yield from twin.build()
         twin.expect_running()
         twin.settle()
@@ -528,7 +571,7 @@ def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -
     nothing more can happen; yields after each time the twin schedules.
 
     The ends are taken in batches: all those up to BATCH later (relative to how far ahead
-    they are, at least a second) at once; and the twin schedules only when what the ends
+    they are) at once; and the twin schedules only when what the ends
     freed, summed over the nodes, could hold a waiting gang's whole ask. After the last end,
     the twin's own wake-ups (Permit deadlines, flushes) are followed for a while."""
     core, clock = twin.core, twin.clock
@@ -553,7 +596,7 @@ def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -
             t = max(twin.ends[0][0], clock.now())
             if t > limit:
                 return
-            t_batch = t + max(twin.batch_floor, twin.batch * (t - twin.now))
+            t_batch = t + twin.batch * (t - twin.now)
             clock.set(t)
             while twin.ends and twin.ends[0][0] <= t_batch:
                 _, _, uid = heapq.heappop(twin.ends)

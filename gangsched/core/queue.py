@@ -219,6 +219,11 @@ class SchedulingQueue:
         entries = [(k, s, g) for k, s, g in self._heap if self._active.get(g) == s]
         return [g for _, _, g in sorted(entries)]
 
+    @property
+    def flush_after(self) -> float:
+        """How long a gang parked on events waits before it is tried anyway."""
+        return self._flush_after
+
     def retry(self, gang: str) -> Retry | None:
         """Where a gang that failed on the cluster waits for its retry (backing off, or
         parked on cluster events), to be given to another queue (:meth:`restore_retry`);

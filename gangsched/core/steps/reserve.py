@@ -70,8 +70,13 @@ class Reservations:
     def due(self, gang: Gang, h: Holdings) -> bool:
         """The gang failed for want of capacity: has it waited long enough for a reservation,
         with no gang before it in queue order holding the reservation?"""
+        return bool(h.pending) and self.turn_come(gang)
+
+    def turn_come(self, gang: Gang) -> bool:
+        """:meth:`due`, for a gang with members to place: it has waited long enough, and no
+        gang that comes before it holds the reservation (no holdings needed: cheap)."""
         after = self._config.reservation_after_seconds
-        if after is None or gang.spec is None or gang.schedule_start is None or not h.pending:
+        if after is None or gang.spec is None or gang.schedule_start is None:
             return False
         if self._clock.now() - gang.schedule_start < after:
             return False
