@@ -318,8 +318,11 @@ class _Twin:
         if after is not None and gang.schedule_start is not None:
             if core.reservations.turn_come(gang):
                 return False
-            # (its turn may come once it has waited long enough, not before)
-            before = min(before, gang.schedule_start + after)
+            due_at = gang.schedule_start + after
+            if self.clock.now() < due_at:
+                # its turn may come once it has waited long enough, not before (after that,
+                # only a gang that comes before it could take the reservation: not its turn)
+                before = min(before, due_at)
         flush = core.queue.flush_after
         t, until, moved = retry.parked_since, retry.until, False
         while (nxt := max(t + flush, until)) < before:
