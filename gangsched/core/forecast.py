@@ -303,21 +303,21 @@ class _Twin:
     def settle(self) -> None:
         self.apply(self.core.run_until_idle())
 
-    def fail_ahead(self, key: str, before: float) -> bool:
+    def fail_ahead(self, key: str, before: float) -> None:
         """The gang has just failed (now), and nothing can fit until ``before``: make every
         retry it would make until then fail at once, in the arithmetic of the queue (parked
         until a flush, or backing off until its retry time when that is later), instead of
         one wake-up at a time. Only while no reservation can be due to it (its attempt would
-        make one). Whether it did."""
+        make one)."""
         core = self.core
         gang = core.gangs.get(key)
         retry = core.queue.retry(key)
         if gang is None or retry is None or retry.parked_since is None:
-            return False
+            return
         after = core.config.reservation_after_seconds
         if after is not None and gang.schedule_start is not None:
             if core.reservations.turn_come(gang):
-                return False
+                return
             due_at = gang.schedule_start + after
             if self.clock.now() < due_at:
                 # its turn may come once it has waited long enough, not before (after that,
@@ -332,7 +332,6 @@ class _Twin:
         if moved:
             gang.last_failure = t
             core.queue.restore_retry(key, core.book.sort_key(gang), Retry(until, t, t, False))
-        return True
 
     def fail_retries(self, before: float) -> None:
         """Nothing waiting could fit until ``before``: every gang whose backoff ends until
@@ -508,27 +507,22 @@ class Forecast:
                 break
             yield
         known = dict(twin.started)  # what declared ends alone start
-        if self.cut_short:
-            late = f"not forecast within {self._budget:g}s of work"
-            self.result.update(
-                {
-                    k: Estimate(known[k], *_why_then(twin, k, known[k]))
-                    if k in known
-                    else Estimate(None, late)
-                    for k in self.targets
-                }
-            )
-            return
         missing = [k for k in self.targets if k not in known]
-        blockers: dict[str, tuple[str, ...]] = {}
-        if missing and twin.out_of_steps:
-            # what the twin did not reach is not known, not "does not fit"
-            far = Estimate(None, f"not forecast within {self._max_steps} steps of the twin")
+        stopped = (
+            f"not forecast within {self._budget:g}s of work"
+            if self.cut_short
+            else f"not forecast within {self._max_steps} steps of the twin"
+            if missing and twin.out_of_steps
+            else ""
+        )
+        if stopped:
+            # what the twin did not reach is not known (never "does not fit")
             self.result.update(
-                {k: Estimate(known[k], *_why_then(twin, k, known[k])) if k in known else far
-                 for k in self.targets}
+                {k: Estimate(known[k], *_why_then(twin, k, known[k])) if k in known
+                 else Estimate(None, stopped) for k in self.targets}
             )  # fmt: skip
             return
+        blockers: dict[str, tuple[str, ...]] = {}
         if missing:
             for _ in _blockers(twin, missing, self._horizon, self._max_steps, blockers):
                 yield

@@ -26,6 +26,7 @@ __all__ = [
     "MEMBERS_LOST",
     "PHASES",
     "SCHEDULED_PHASES",
+    "Expected",
     "GroupStatus",
     "MemberCounts",
     "count_members",
@@ -153,13 +154,16 @@ def group_status(
     return GroupStatus(min_member, phase, False, reason, message, counts)
 
 
+# A start forecast as the scheduler says it: (the time, or '' when unknown; the basis).
+Expected = tuple[str, str]
+
 # How a waiting gang's message ends with its start forecast (the status of its PodGroup, and
 # its pods' PodScheduled condition, say it so).
 _AT = "; expected to start at "
 _UNKNOWN = "; expected start unknown: "
 
 
-def with_forecast(message: str, expected: tuple[str, str]) -> str:
+def with_forecast(message: str, expected: Expected) -> str:
     """A waiting gang's message with its start forecast (time or '' when unknown, basis)."""
     at, basis = expected
     if at:
@@ -167,7 +171,7 @@ def with_forecast(message: str, expected: tuple[str, str]) -> str:
     return f"{message}{_UNKNOWN}{basis}"
 
 
-def split_forecast(message: str) -> tuple[str, tuple[str, str] | None]:
+def split_forecast(message: str) -> tuple[str, Expected | None]:
     """The message without the forecast :func:`with_forecast` put at its end, and that
     forecast ((time or '', basis), None when it has none)."""
     cut = message.rfind(_AT)

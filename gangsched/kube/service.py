@@ -40,6 +40,7 @@ from gangsched.core.forecast import Estimate, Forecast
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
 from gangsched.core.scheduler import Scheduler
+from gangsched.core.status import with_forecast
 from gangsched.kube.budgets import budget_reflector
 from gangsched.kube.dra import DraWatch
 from gangsched.kube.effects import Effects
@@ -54,7 +55,6 @@ from gangsched.kube.io.times import rfc3339
 from gangsched.kube.podreader import PodReader
 from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.write.binder import Binder
-from gangsched.kube.write.podstatus import with_forecast
 from gangsched.kube.write.preemptor import Preemptor
 from gangsched.kube.write.reporter import Reporter
 from gangsched.kube.write.restarter import GangRestarter

@@ -29,14 +29,13 @@ from typing import Any
 
 from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
-from gangsched.core.status import GroupStatus, with_forecast
+from gangsched.core.status import Expected, GroupStatus, with_forecast
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON, ApiError
 
 __all__ = [
     "CONTROLLER_MANAGER",
     "SCHEDULER_MANAGER",
-    "Expected",
     "UnboundVersion",
     "apply_body",
     "find_condition",
@@ -44,16 +43,12 @@ __all__ = [
     "says",
     "scheduler_status",
     "transition_time",
-    "with_forecast",
     "write_pod_condition",
 ]
 
 # The field managers of the two PodGroup status writers (see the module docstring).
 SCHEDULER_MANAGER = "gangsched-scheduler"
 CONTROLLER_MANAGER = "gangsched-controller"
-
-# A start forecast as the scheduler says it: (the time, or '' when unknown; the basis).
-Expected = tuple[str, str]
 
 # The resourceVersion of a pod as last seen unbound ('' when not known), or None when it is
 # bound or gone.
@@ -95,7 +90,7 @@ def scheduler_status(
     last_failure: str,
     since: str,
     reservation: JSON | None = None,
-    expected: tuple[str, str] | None = None,
+    expected: Expected | None = None,
 ) -> JSON:
     """Every status field the scheduler owns, as it applies them: ``st`` (phase, counts and
     the ``Scheduled`` condition, whose ``lastTransitionTime`` is ``since``), the spec

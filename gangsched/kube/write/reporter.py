@@ -24,14 +24,13 @@ from typing import Any, NamedTuple
 
 from gangsched.api import labels as lbl
 from gangsched.core.decisions import PodRef
-from gangsched.core.status import GroupStatus
+from gangsched.core.status import Expected, GroupStatus, with_forecast
 from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.io.times import rfc3339
 from gangsched.kube.write.events import EventRecorder
 from gangsched.kube.write.podstatus import (
     SCHEDULER_MANAGER,
-    Expected,
     UnboundVersion,
     apply_body,
     find_condition,
@@ -39,7 +38,6 @@ from gangsched.kube.write.podstatus import (
     says,
     scheduler_status,
     transition_time,
-    with_forecast,
     write_pod_condition,
 )
 
