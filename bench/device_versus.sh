@@ -38,6 +38,12 @@
 #   run(command="bash bench/device_versus.sh run", carry=[".devbench"], timeout_s=600)
 #
 # then give_back. The figure is seconds_to_all_bound in versus.json (or the table in log.txt).
+# Several runs in one device command: the second and later with DEVBENCH_REUSE=1, which keeps
+# what the first unpacked and installed (their records and output are appended to the same
+# versus.json and log.txt):
+#
+#   bash bench/device_versus.sh run --nodes 200 --reps 3;
+#   DEVBENCH_REUSE=1 bash bench/device_versus.sh run --nodes 1000
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -137,17 +143,22 @@ run() {
     echo "setpriv: $(command -v setpriv || echo none)"
   } | tee "$out/env.txt"
 
-  rm -rf "$work"
-  unxz_to "$BUNDLE/src.tar.xz" "$work/src"
-  unxz_to "$BUNDLE/cp.tar.xz" "$work/bin"
-  "$work/bin/kube-scheduler" --version
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$work/site" "$BUNDLE"/whl/*.whl
-  # Byte-compile now, as an installed checkout would be, so that the first scheduler started
-  # does not pay for it inside its timed run.
-  python3 -m compileall -q -j0 "$work/site" "$work/src/gangsched" "$work/src/gangsched_dev" \
-    "$work/src/bench" >/dev/null
-  log "unpacked and installed in $((SECONDS - t0)) s"
+  if [[ -n "${DEVBENCH_REUSE:-}" && -f "$work/installed" ]]; then
+    log "reusing what an earlier run unpacked in $work"
+  else
+    rm -rf "$work"
+    unxz_to "$BUNDLE/src.tar.xz" "$work/src"
+    unxz_to "$BUNDLE/cp.tar.xz" "$work/bin"
+    "$work/bin/kube-scheduler" --version
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target "$work/site" "$BUNDLE"/whl/*.whl
+    # Byte-compile now, as an installed checkout would be, so that the first scheduler started
+    # does not pay for it inside its timed run.
+    python3 -m compileall -q -j0 "$work/site" "$work/src/gangsched" "$work/src/gangsched_dev" \
+      "$work/src/bench" >/dev/null
+    touch "$work/installed"
+    log "unpacked and installed in $((SECONDS - t0)) s"
+  fi
 
   export GANGSCHED_CP_BIN="$work/bin" PYTHONPATH="$work/site" PYTHONUNBUFFERED=1
   ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)" || true

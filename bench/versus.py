@@ -192,6 +192,8 @@ def _command(args: argparse.Namespace, schedulers: Sequence[str], w: Workload) -
     if args.base_source is not None and "gangsched-base" in schedulers:
         parts.append(f"--base-source {args.base_source}")
     parts.append(f"--timeout {args.timeout:g}" if w.fills else f"--window {args.window:g}")
+    if w.probes_unschedulable:
+        parts.append(f"--samples {args.samples}")
     return " ".join(parts)
 
 
@@ -250,6 +252,7 @@ def _bench(args: argparse.Namespace) -> int:
             kai_dir=kai_dir,
             py_spy_dir=args.py_spy,
             base_source=args.base_source.resolve() if args.base_source else None,
+            samples=args.samples,
         )
         for name, reason in skipped.items():
             _emit({"scheduler": name, "status": "skipped", "reason": reason}, args.json_out)
@@ -308,12 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--nodes",
         type=int,
-        help="default: 100 (fill), 50 (contention), 500 (kai-fill-jobs), 512 (kai-big-job)",
+        help="default: 100 (fill), 50 (contention), 500 (kai-fill-jobs, kai-unschedulable), 512 "
+        "(kai-big-job)",
     )
     p.add_argument(
         "--pods",
         type=int,
-        help="default: 8 x nodes (fill, kai-fill-jobs), 140%% of GPUs (contention), one per node "
+        help="default: 8 x nodes (fill, kai-fill-jobs, kai-unschedulable), 140%% of GPUs "
+        "(contention), one per node "
         "(kai-big-job)",
     )
     p.add_argument(
@@ -326,6 +331,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=600, help="fill: seconds before giving up")
     p.add_argument("--window", type=float, default=60, help="contention: seconds per scheduler")
     p.add_argument("--settle", type=float, default=30, help="most seconds to wait for writes")
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=3,
+        help="kai-unschedulable: jobs that cannot fit, one after another (KAI's test: 10); each "
+        "given up after --timeout seconds",
+    )
     p.add_argument("--create-concurrency", type=int, default=48)
     p.add_argument("--binder-concurrency", type=int, default=64)
     p.add_argument("--json-out", type=Path)

@@ -161,6 +161,33 @@ def _ratios(groups: dict[str, list[Record]]) -> list[str]:
     return lines
 
 
+def _unschedulable(groups: dict[str, list[Record]]) -> list[str]:
+    """Per scheduler, the seconds until a job that cannot fit was reported (kai-unschedulable)."""
+    rows = []
+    for name, group in groups.items():
+        samples = [s for r in group for s in r.get("unschedulable_samples") or []]
+        if not samples and not any("unschedulable_reported" in r for r in group):
+            continue
+        times = _values(samples, "seconds_to_unschedulable")
+        firsts = _values(samples, "seconds_to_first_pod_reported")
+        server = _values(samples, "seconds_by_apiserver_clock")
+        how = next((r["unschedulable_report"] for r in group if "unschedulable_report" in r), "")
+        bound = sum(int(s.get("pods_bound") or 0) for s in samples)
+        errors = "; ".join(e for r in group if (e := r.get("unschedulable_probe_error")))
+        rows.append(
+            f"| {name} | {len(times)}/{len(samples)} | {_fmt(times, 2)} | {_fmt(firsts, 2)} "
+            f"| {_fmt(server, 0)} | {bound} | {how}{' (' + errors + ')' if errors else ''} |"
+        )
+    if not rows:
+        return []
+    return [
+        "| scheduler | jobs reported | s to reported unschedulable | s to first pod reported "
+        "| s by the API server's clock (KAI's way) | job pods bound | what counts as reported |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 def _topology(groups: dict[str, list[Record]]) -> list[str]:
     """Per scheduler, the topology domains its bound pods span, run by run (kai-big-job)."""
     lines = []
@@ -193,6 +220,8 @@ def markdown(
         lines += ["", *ratios]
     if topology := _topology(groups):
         lines += ["", *topology]
+    if unschedulable := _unschedulable(groups):
+        lines += ["", *unschedulable]
     if requests := _requests_table(groups):
         scope = next((r["requests_scope"] for r in ran if "requests_scope" in r), "")
         lines += ["", *requests, "", f"Requests: {scope}."]

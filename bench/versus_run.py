@@ -45,6 +45,7 @@ from versus_procs import (
     profiled,
     volcano_launch,
 )
+from versus_unschedulable import probe_unschedulable
 from versus_workload import GANG_LABEL, NAMESPACE, NODE_PATH, PEER_GANGS, POD_PATH, Workload
 
 from gangsched_dev.devcluster import ControlPlane, KubectlError
@@ -83,6 +84,8 @@ class RunConfig:
     base_source: Path | None = None
     # py-spy record's raw profile of gangsched's process, one file per repetition, here
     py_spy_dir: Path | None = None
+    # kai-unschedulable: jobs that cannot fit, one after another once the cluster is full
+    samples: int = 3
 
 
 def _launch(cfg: RunConfig, scheduler: str, cp: ControlPlane, workdir: Path) -> Launch:
@@ -223,10 +226,12 @@ async def _create(cfg: RunConfig, api: Api, launch: Launch) -> float:
         await api.call("PUT", f"{path}/{created['metadata']['name']}/status", created)
     elif peer == "kai":
         # The department before its queue, the queue before its PodGroups.
-        for _ in range(2):
+        for _ in range(w.kai_queues()):
             path, queue = next(objects)
             await api.call("POST", path, queue, ok=(201,))
     await api.create_all(objects, cfg.create_concurrency)
+    if peer != "kai":
+        await api.create_all(w.priority_classes(), cfg.create_concurrency)
     await api.create_all(w.pod_objects(launch.scheduler_name, peer), cfg.create_concurrency)
     return time.monotonic() - t
 
@@ -364,6 +369,13 @@ async def _measure(cfg: RunConfig, cp: ControlPlane, launch: Launch, log: Path) 
             running = proc.exit_code is None
             settle_s = await _settle(api, cfg.settle_max) if running else 0.0
             stats = proc.stats()
+            probes: dict[str, Any] = {}
+            if w.probes_unschedulable and running and bound >= w.pods:
+                peer = launch.scheduler if launch.scheduler in PEER_GANGS else ""
+                probes = await probe_unschedulable(
+                    api, w, launch.scheduler_name, peer, cfg.samples, cfg.timeout
+                )
+            running = proc.exit_code is None
         finally:
             proc.stop()
         exit_code = proc.exit_code if not running else None
@@ -423,6 +435,7 @@ async def _measure(cfg: RunConfig, cp: ControlPlane, launch: Launch, log: Path) 
         "request_errors": errors,
         "requests_scope": REQUESTS_SCOPE,
         "bindings_curve": curve,
+        **probes,
     }
     return record
 

@@ -35,6 +35,22 @@ like ``fill`` (until every pod is bound, from the scheduler's start):
   PodGroup's ``topologyConstraint``; the other schedulers get the pods' Kueue annotation
   ``kueue.x-k8s.io/podset-preferred-topology`` (gangsched runs with the three levels as its
   ``topologyLevels``; kube-scheduler ignores it).
+
+And KAI's third, "measure time for reclaim to fail on distributed job last pod", timed like
+``kai-fill-jobs`` and then probed (bench/versus_unschedulable.py):
+
+- ``kai-unschedulable``: ``kai-fill-jobs`` (the cluster filled by the scheduler itself), then,
+  one sample at a time, a job of 10 pods of 8 GPUs (80 GPUs, 10 whole nodes) arrives and the
+  time until it is reported unschedulable is taken; the job is deleted before the next. In
+  KAI's test the fillers' queue gets a quota of all GPUs but 79 once the cluster is full, and
+  the job comes in another queue: reclaiming what is over quota frees 79 GPUs, one too few, so
+  the reclaim fails. KAI gets exactly that (the queue ``bench-reclaim`` for the job). The
+  other schedulers have no queue quotas; they get the same arithmetic with priorities: 79
+  fillers, spread evenly in creation order, at a low PriorityClass, the rest at a high one,
+  the job between them, so that a preemption is tried and must fail (evicting every low
+  filler frees 79 GPUs on different nodes). KAI's figure is its PodGroup's
+  ``UnschedulableOnNodePool`` condition; the others' is ``PodScheduled=False`` on every pod
+  of the job.
 """
 
 from __future__ import annotations
@@ -66,7 +82,14 @@ GPU: Final = "nvidia.com/gpu"
 GPUS_PER_NODE: Final = 8
 GANG_SIZE: Final = 8
 CONTENTION_DEMAND: Final = 1.4
-WORKLOADS: Final = ("fill", "fill-dra", "contention", "kai-fill-jobs", "kai-big-job")
+WORKLOADS: Final = (
+    "fill",
+    "fill-dra",
+    "contention",
+    "kai-fill-jobs",
+    "kai-big-job",
+    "kai-unschedulable",
+)
 DRIVER: Final = "gpu.bench.example.com"
 RESOURCE_API: Final = "/apis/resource.k8s.io/v1"
 VOLCANO_API: Final = "/apis/scheduling.volcano.sh/v1beta1"
@@ -76,6 +99,14 @@ KAI_GROUP: Final = "pod-group-name"
 KAI_QUEUE_LABEL: Final = "kai.scheduler/queue"
 KAI_QUEUE: Final = "bench"
 KAI_DEPARTMENT: Final = "bench-department"
+# kai-unschedulable: the job's queue (KAI), its size, and the label that finds its pods
+KAI_RECLAIM_QUEUE: Final = "bench-reclaim"
+JOB_PODS: Final = 10
+JOB_LABEL: Final = "bench.gangsched.io/job"
+# kai-unschedulable without KAI: the fillers' and the job's PriorityClasses (name, value)
+PRIORITY_HIGH: Final = ("bench-high", 1000)
+PRIORITY_JOB: Final = ("bench-job", 100)
+PRIORITY_LOW: Final = ("bench-low", 10)
 # a PodGroup's own gang objects: those of scheduler-plugins, unless the scheduler has its own
 PEER_GANGS: Final = ("volcano", "kai")
 # kai-big-job: KAI's scale-test topology, largest domain first (each level's domains per domain
@@ -122,11 +153,13 @@ class Workload:
 
     @classmethod
     def _kai_scale(cls, name: str, nodes: int | None, pods: int | None) -> Workload:
-        if name == "kai-fill-jobs":
+        if name in ("kai-fill-jobs", "kai-unschedulable"):
             n = nodes if nodes is not None else 500
             pods = pods if pods is not None else n * GPUS_PER_NODE
             if n < 1 or not 1 <= pods <= n * GPUS_PER_NODE:
                 raise ValueError("need at least one node and 1 to 8 x nodes pods")
+            if name == "kai-unschedulable" and n < JOB_PODS:
+                raise ValueError(f"need at least {JOB_PODS} nodes")
             return cls(name, n, pods, gang_size=1)
         n = nodes if nodes is not None else math.prod(c for _, c in TOPOLOGY_LEVELS) * 2
         pods = pods if pods is not None else n
@@ -153,7 +186,105 @@ class Workload:
     @property
     def gangless(self) -> bool:
         """Single-pod jobs: no scheduler-plugins PodGroup, no gang label."""
-        return self.name == "kai-fill-jobs"
+        return self.name in ("kai-fill-jobs", "kai-unschedulable")
+
+    @property
+    def probes_unschedulable(self) -> bool:
+        """After the fill, jobs that cannot fit arrive one at a time (kai-unschedulable)."""
+        return self.name == "kai-unschedulable"
+
+    @property
+    def job_gpus(self) -> int:
+        return JOB_PODS * self.gpus_per_node
+
+    @property
+    def low_fillers(self) -> int:
+        """How many GPUs a failed reclaim (or preemption) frees: one fewer than the job's."""
+        return max(0, min(self.pods, self.job_gpus - 1))
+
+    def low_priority(self, i: int) -> bool:
+        """Whether filler i is one of the low-priority ones, spread evenly over the fill."""
+        n = self.low_fillers
+        return n > 0 and (i * n) // self.pods != ((i + 1) * n) // self.pods
+
+    def kai_filler_quota(self) -> int:
+        """The GPU quota of the fillers' KAI queue once the cluster is full: all it holds but
+        the 79 GPUs a reclaim may take."""
+        return self.pods * self.gpus_per_pod - self.low_fillers
+
+    def kai_queues(self) -> int:
+        """How many KAI queues podgroup_objects yields before the PodGroups."""
+        return 3 if self.probes_unschedulable else 2
+
+    def priority_classes(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The PriorityClasses of kai-unschedulable (none for other workloads)."""
+        if not self.probes_unschedulable:
+            return
+        for name, value in (PRIORITY_HIGH, PRIORITY_JOB, PRIORITY_LOW):
+            yield (
+                "/apis/scheduling.k8s.io/v1/priorityclasses",
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": name},
+                    "value": value,
+                    "preemptionPolicy": "PreemptLowerPriority",
+                },
+            )
+
+    def job_objects(
+        self, name: str, scheduler_name: str, peer: str = ""
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """kai-unschedulable's job: its PodGroup (scheduler-plugins', or KAI's in its own
+        queue), then its 10 pods of 8 GPUs."""
+        if peer == "kai":
+            yield (
+                f"{KAI_API}/v2alpha2/namespaces/{NAMESPACE}/podgroups",
+                {
+                    "apiVersion": "scheduling.run.ai/v2alpha2",
+                    "kind": "PodGroup",
+                    "metadata": {
+                        "name": name,
+                        "namespace": NAMESPACE,
+                        "labels": {KAI_QUEUE_LABEL: KAI_RECLAIM_QUEUE},
+                    },
+                    "spec": {"minMember": JOB_PODS, "queue": KAI_RECLAIM_QUEUE},
+                },
+            )
+        else:
+            yield (
+                PODGROUP_PATH,
+                {
+                    "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                    "kind": "PodGroup",
+                    "metadata": {"name": name, "namespace": NAMESPACE},
+                    "spec": {"minMember": JOB_PODS},
+                },
+            )
+        gpus = str(self.gpus_per_node)
+        for i in range(JOB_PODS):
+            resources = {
+                "requests": {"cpu": "1", "memory": "1Gi", GPU: gpus},
+                "limits": {"cpu": "1", "memory": "1Gi", GPU: gpus},
+            }
+            meta: dict[str, Any] = {
+                "name": f"{name}-{i}",
+                "namespace": NAMESPACE,
+                "labels": {GANG_LABEL: name, JOB_LABEL: name},
+            }
+            spec: dict[str, Any] = {
+                "schedulerName": scheduler_name,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": resources}
+                ],
+            }
+            if peer == "kai":
+                meta["annotations"] = {KAI_GROUP: name}
+                meta["labels"][KAI_QUEUE_LABEL] = KAI_RECLAIM_QUEUE
+            else:
+                spec["priorityClassName"] = PRIORITY_JOB[0]
+            yield POD_PATH, {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
     @property
     def topology(self) -> bool:
@@ -293,7 +424,10 @@ class Workload:
     def _kai_podgroups(self) -> Iterator[tuple[str, dict[str, Any]]]:
         unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
         resources = {r: dict(unlimited) for r in ("gpu", "cpu", "memory")}
-        for name, parent in ((KAI_DEPARTMENT, ""), (KAI_QUEUE, KAI_DEPARTMENT)):
+        queues = [(KAI_DEPARTMENT, ""), (KAI_QUEUE, KAI_DEPARTMENT)]
+        if self.probes_unschedulable:
+            queues.append((KAI_RECLAIM_QUEUE, KAI_DEPARTMENT))
+        for name, parent in queues:
             spec: dict[str, Any] = {"resources": resources}
             if parent:
                 spec["parentQueue"] = parent
@@ -359,6 +493,9 @@ class Workload:
                 pod["metadata"]["annotations"] = {KUEUE_PREFERRED: TOPOLOGY_LEVELS[-1][0]}
             if self.gangless and not peer:
                 del pod["metadata"]["labels"][GANG_LABEL]
+            if self.probes_unschedulable and peer != "kai":
+                low = self.low_priority(g * self.gang_size + i)
+                pod["spec"]["priorityClassName"] = (PRIORITY_LOW if low else PRIORITY_HIGH)[0]
             yield POD_PATH, pod
 
     def _pod(self, g: int, i: int, scheduler_name: str) -> dict[str, Any]:
