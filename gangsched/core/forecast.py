@@ -60,6 +60,10 @@ MAX_STEPS = 5_000
 # declared ends this much later, relative to how far ahead they are, are taken together (no
 # floor: two ends a second apart, soon, may go to two different gangs)
 BATCH = 0.01
+# how often the steps of a round yield (an adapter gives its event loop a turn between them):
+# every so many nodes or pods given to the twin, and every so many gang cycles of the twin
+BUILD_CHUNK = 250
+SETTLE_YIELD = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,11 +192,13 @@ class _Twin:
         # gang key -> what its waiting members ask for in all (made at the first could_fit)
         self._asks: dict[str, ResourceList] | None = None
 
-    def build(self, chunk: int = 2_000) -> Iterator[None]:
+    def build(self, chunk: int = BUILD_CHUNK) -> Iterator[None]:
         """Give the twin everything in the snapshot; yields every ``chunk`` pods."""
         twin, snap = self.core, self._snap
-        for node in snap.nodes:
+        for i, node in enumerate(snap.nodes, 1):
             twin.node_upsert(node)
+            if i % chunk == 0:
+                yield
         for name, labels in snap.namespaces:
             twin.namespace_upsert(name, labels)
         for budget in snap.budgets:
@@ -302,6 +308,19 @@ class _Twin:
 
     def settle(self) -> None:
         self.apply(self.core.run_until_idle())
+
+    def settle_steps(self, every: int = SETTLE_YIELD) -> Iterator[None]:
+        """``settle`` in steps: yields every ``every`` gang cycles (the decisions are carried
+        out at the end, as ``settle`` does: the same result)."""
+        core = self.core
+        out: list[Decision] = []
+        n = 0
+        while (step := core.schedule_one()) is not None:
+            out.extend(step)
+            n += 1
+            if n % every == 0:
+                yield
+        self.apply(out)
 
     def fail_ahead(self, key: str, before: float) -> None:
         """The gang has just failed (now), and nothing can fit until ``before``: make every
@@ -498,7 +517,7 @@ class Forecast:
             twin.batch = 0.0
         yield from twin.build()
         twin.expect_running()
-        twin.settle()
+        yield from twin.settle_steps()
         yield
         targets = set(self.targets)
         for _ in _run_ahead(twin, targets, self._horizon, self._max_steps):
@@ -610,7 +629,7 @@ def _run_ahead(twin: _Twin, targets: set[str], horizon: float, max_steps: int) -
                 return
             clock.set(max(t_wake, clock.now()))
         started = len(twin.started)
-        twin.settle()
+        yield from twin.settle_steps()
         free = twin.free_total() if len(twin.started) > started else free
         yield
     twin.out_of_steps = True
@@ -635,7 +654,7 @@ def _blockers(
     before = set(twin.started)
     for uid in undeclared:
         twin.end(uid)
-    twin.settle()
+    yield from twin.settle_steps()
     yield
     yield from _run_ahead(twin, set(missing), horizon, max_steps)
     for key in missing:
