@@ -172,10 +172,14 @@ class _Snapshot:
 class _Twin:
     """The twin and its clock, and what it has seen happen."""
 
-    def __init__(self, snap: _Snapshot) -> None:
+    def __init__(self, snap: _Snapshot, core: Scheduler | None = None) -> None:
         self.now = snap.now
-        self.clock = FakeClock(self.now)
-        self.core = Scheduler(snap.config, self.clock)
+        if core is not None and isinstance(core.clock, FakeClock):
+            # a core its caller is done with, run ahead as it is (Forecast's ``adopt``)
+            self.clock, self.core = core.clock, core
+        else:
+            self.clock = FakeClock(self.now)
+            self.core = Scheduler(snap.config, self.clock)
         self.batch = BATCH
         # whether a run ahead stopped at its most steps, not for want of anything to do
         self.out_of_steps = False
@@ -465,7 +469,13 @@ class Forecast:
         timer: Callable[[], float] | None = None,
         most: int | None = None,
         exact: bool = False,
+        adopt: bool = False,
     ) -> None:
+        if adopt and (not isinstance(core.clock, FakeClock) or most is not None):
+            raise ValueError("adopt needs a core on a FakeClock, and no 'most'")
+        # ``adopt``: the twin is ``core`` itself, run ahead without a copy (it is changed: for
+        # a caller done with it, such as what-if, whose core is its own)
+        self._adopt = core if adopt else None
         keys = gangs if gangs is not None else _waiting(core)
         targets: list[str] = []
         for key in keys:
@@ -512,10 +522,11 @@ class Forecast:
         deadline = (
             timer() + self._budget if timer is not None and self._budget is not None else None
         )
-        twin = _Twin(self._snap)
+        twin = _Twin(self._snap, self._adopt)
         if self._exact:
             twin.batch = 0.0
-        yield from twin.build()
+        if self._adopt is None:
+            yield from twin.build()
         twin.expect_running()
         yield from twin.settle_steps()
         yield

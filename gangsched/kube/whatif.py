@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gangsched.api.gpushare import GpuLabels
+from gangsched.core.clock import FakeClock
 from gangsched.core.decisions import BindGang, Decision, GangUnschedulable, Preempt
 from gangsched.core.forecast import Estimate, Forecast, span
 from gangsched.core.scheduler import Scheduler
@@ -36,7 +37,6 @@ from gangsched.kube.whatif_pods import expand
 from gangsched.kube.write.binder import Binder
 from gangsched.kube.write.reporter import Reporter
 from gangsched.settings import Settings, load_settings
-from gangsched.wallclock import WallClock
 
 __all__ = [
     "ReadOnly",
@@ -192,7 +192,9 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
     await _admit_priorities(client, objs, expanded)
     key = _gang_key(objs, ns)
     read = ReadOnly(client)
-    core = Scheduler(settings.core(), WallClock())
+    # the cluster as it is now: a clock that stands still while the core decides (no backoff
+    # runs out halfway through), which the forecast then moves on itself
+    core = Scheduler(settings.core(), FakeClock(time.time()))
     service = SchedulerService(
         core,
         read,
@@ -228,7 +230,7 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
     decisions = core.run_until_idle()
     _read_decisions(verdict, core, decisions)
     if not verdict.fits and not verdict.victims:
-        verdict.expected = Forecast(core, [key]).run().get(key)
+        verdict.expected = Forecast(core, [key], adopt=True).run().get(key)
     return verdict
 
 
