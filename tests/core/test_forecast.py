@@ -4,6 +4,8 @@ counted, and the live core untouched."""
 
 from __future__ import annotations
 
+import pytest
+
 from gangsched.core.config import CoreConfig
 from gangsched.core.forecast import Estimate, Forecast, forecast, span
 from tests.core.test_scheduler import T0, Harness, binds, gpu_node, members, pod
@@ -177,3 +179,24 @@ def test_a_gang_the_twin_did_not_reach_within_its_steps_is_unknown_not_unfit() -
     assert got["ml/first"].at == T0 + 100.0
     assert got["ml/second"] == Estimate(None, f"not forecast within {steps} steps of the twin")
     assert Forecast(h.s).run()["ml/second"].at == T0 + 150.0
+
+
+def test_an_adopted_core_forecasts_as_its_copy_does() -> None:
+    """``adopt``: the twin is the core itself (what-if's, done with it), not a copy; the same
+    estimates come out. A core on a real clock cannot be adopted."""
+    h = two_nodes()
+    running(h, "ml/a", 2, 8, runtime=100.0)
+    waiting(h, "ml/first", 2, 8, runtime=50.0)
+    h.advance(1)
+    waiting(h, "ml/second", 1, 8)
+    copied = Forecast(h.s).run()
+    assert Forecast(h.s, adopt=True).run() == copied
+    assert copied["ml/second"].at == T0 + 150.0
+
+    class Clock:
+        def now(self) -> float:
+            return T0
+
+    h.s.clock = Clock()
+    with pytest.raises(ValueError, match="FakeClock"):
+        Forecast(h.s, adopt=True)
