@@ -42,6 +42,7 @@ from gangsched.core.decisions import BindGang, Decision, Evict, Preempt
 from gangsched.core.gang import PLAIN_PREFIX
 from gangsched.core.leaderfirst import STAND_IN
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod, PodPhase
+from gangsched.core.preemption import gang_priority
 from gangsched.core.queue import Retry, Wake
 from gangsched.core.reservation import Reservation
 from gangsched.core.resourceclaims import Claim as ResourceClaim
@@ -194,7 +195,7 @@ class _Twin:
         # node -> (when, unit, why) of the declared ends seen there, in time order
         self.freed: dict[str, list[tuple[float, str, str]]] = {}
         # gang key -> what its waiting members ask for in all (made at the first could_fit)
-        self._asks: dict[str, ResourceList] | None = None
+        self._asks: dict[str, tuple[ResourceList, int]] | None = None
 
     def build(self, chunk: int = BUILD_CHUNK) -> Iterator[None]:
         """Give the twin everything in the snapshot; yields every ``chunk`` pods."""
@@ -285,9 +286,11 @@ class _Twin:
                 self.expect(pod, started)
 
     # ---- running ahead ----------------------------------------------------------------------
-    def apply(self, decisions: Iterable[Decision]) -> None:
-        """Carry the twin's decisions out at once, as a perfect adapter would."""
+    def apply(self, decisions: Iterable[Decision]) -> bool:
+        """Carry the twin's decisions out at once, as a perfect adapter would; whether a pod
+        was evicted (the victims are gone at once)."""
         now = self.clock.now()
+        evicted = False
         for d in decisions:
             if isinstance(d, BindGang):
                 for b in d.bindings:
@@ -308,23 +311,31 @@ class _Twin:
                 self.started.setdefault(d.gang, now)
             elif isinstance(d, (Preempt, Evict)):
                 for v in d.victims:
-                    self.core.pod_delete(v.pod.uid)
+                    if self.core.pod(v.pod.uid) is not None:
+                        self.core.pod_delete(v.pod.uid)
+                        evicted = True
+        return evicted
 
     def settle(self) -> None:
-        self.apply(self.core.run_until_idle())
+        """Run the twin until it has nothing left to decide now; again at once after an
+        eviction (the adapter runs the core when the victims' deletion comes in)."""
+        while self.apply(self.core.run_until_idle()):
+            pass
 
     def settle_steps(self, every: int = SETTLE_YIELD) -> Iterator[None]:
         """``settle`` in steps: yields every ``every`` gang cycles (the decisions are carried
-        out at the end, as ``settle`` does: the same result)."""
+        out at the end of each run, as ``settle`` does: the same result)."""
         core = self.core
-        out: list[Decision] = []
         n = 0
-        while (step := core.schedule_one()) is not None:
-            out.extend(step)
-            n += 1
-            if n % every == 0:
-                yield
-        self.apply(out)
+        while True:
+            out: list[Decision] = []
+            while (step := core.schedule_one()) is not None:
+                out.extend(step)
+                n += 1
+                if n % every == 0:
+                    yield
+            if not self.apply(out):
+                return
 
     def fail_ahead(self, key: str, before: float) -> None:
         """The gang has just failed (now), and nothing can fit until ``before``: make every
@@ -420,21 +431,29 @@ class _Twin:
         return free
 
     def could_fit(self, free: ResourceList) -> bool:
-        """Whether some waiting gang asks, in all, for no more of any resource than ``free``:
-        otherwise no gang can start, wherever the capacity is, and the twin need not try."""
+        """Whether some waiting gang asks, in all, for no more of any resource than ``free``,
+        or could preempt (preemption on, and pods of lower priority running): otherwise no
+        gang can start, wherever the capacity is, and the twin need not try."""
+        core = self.core
         if self._asks is None:
             self._asks = {}
-            for key in self.core.gangs:
-                h = self.core.holdings(key)
+            for key in core.gangs:
+                h = core.holdings(key)
                 if h is not None and h.pending:
                     ask: ResourceList = {}
                     for p in h.pending:
                         add_into(ask, p.requests)
                     ask.pop("pods", None)
-                    self._asks[key] = ask
+                    self._asks[key] = (ask, gang_priority(h.pending))
         for key in [k for k in self._asks if k in self.started]:
             del self._asks[key]
-        return any(all(free.get(r, 0) >= n for r, n in ask.items()) for ask in self._asks.values())
+        running = core.cache.counted_priorities
+        lowest = min(running) if core.config.preemption and running else None
+        return any(
+            (lowest is not None and priority > lowest)
+            or all(free.get(r, 0) >= n for r, n in ask.items())
+            for ask, priority in self._asks.values()
+        )
 
     def end(self, uid: str) -> ResourceList | None:
         """The pod ends (Succeeded); what it asked for, now free (None: it held nothing)."""
