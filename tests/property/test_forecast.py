@@ -48,21 +48,23 @@ class GangDef:
     priority: int = 0
 
 
-gang_defs = st.builds(
-    GangDef,
-    size=st.integers(1, 3),
-    gpus=st.sampled_from([1, 2, 4, 8]),
-    runtime=st.integers(5, 400).map(float),
-    gap=st.sampled_from([0.0, 0.0, 0.3, 1.0, 2.5, 7.0]),
-)
-prioritised_gang_defs = st.builds(
-    GangDef,
-    size=st.integers(1, 3),
-    gpus=st.sampled_from([1, 2, 4, 8]),
-    runtime=st.integers(5, 400).map(float),
-    gap=st.sampled_from([0.0, 0.0, 0.3, 1.0, 2.5, 7.0]),
-    priority=st.sampled_from([0, 0, 10, 100]),
-)
+def _gang_defs(priorities: list[int]) -> st.SearchStrategy[GangDef]:
+    return st.builds(
+        GangDef,
+        size=st.integers(1, 3),
+        gpus=st.sampled_from([1, 2, 4, 8]),
+        runtime=st.integers(5, 400).map(float),
+        gap=st.sampled_from([0.0, 0.0, 0.3, 1.0, 2.5, 7.0]),
+        priority=st.sampled_from(priorities),
+    )
+
+
+# the cluster, when the forecast is asked, and whether reservations are on
+SETTING = {
+    "nodes": st.integers(1, 3),
+    "asked_after": st.sampled_from([0.0, 0.5, 3.0, 12.0]),
+    "reservation_after": st.sampled_from([None, 5.0]),
+}
 
 
 @dataclass
@@ -126,12 +128,7 @@ def _record(
 
 
 @PROPERTY
-@given(
-    gangs=st.lists(gang_defs, min_size=3, max_size=10),
-    nodes=st.integers(1, 3),
-    asked_after=st.sampled_from([0.0, 0.5, 3.0, 12.0]),
-    reservation_after=st.sampled_from([None, 5.0]),
-)
+@given(gangs=st.lists(_gang_defs([0]), min_size=3, max_size=10), **SETTING)
 def test_a_forecast_is_what_the_scheduler_does_when_nothing_else_arrives(
     gangs: list[GangDef], nodes: int, asked_after: float, reservation_after: float | None
 ) -> None:
@@ -139,12 +136,7 @@ def test_a_forecast_is_what_the_scheduler_does_when_nothing_else_arrives(
 
 
 @PROPERTY
-@given(
-    gangs=st.lists(prioritised_gang_defs, min_size=3, max_size=10),
-    nodes=st.integers(1, 3),
-    asked_after=st.sampled_from([0.0, 0.5, 3.0, 12.0]),
-    reservation_after=st.sampled_from([None, 5.0]),
-)
+@given(gangs=st.lists(_gang_defs([0, 0, 10, 100]), min_size=3, max_size=10), **SETTING)
 def test_with_priorities_and_preemption_too(
     gangs: list[GangDef], nodes: int, asked_after: float, reservation_after: float | None
 ) -> None:
