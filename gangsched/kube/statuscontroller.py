@@ -38,6 +38,7 @@ from gangsched.kube.io.api import KubeApi
 from gangsched.kube.io.client import JSON, ApiError
 from gangsched.kube.io.kubeconfig import ClusterConfig, from_kubernetes_asyncio
 from gangsched.kube.io.times import rfc3339
+from gangsched.kube.kopfimport import import_kopf
 from gangsched.kube.write.podstatus import (
     CONTROLLER_MANAGER,
     apply_body,
@@ -246,6 +247,7 @@ class StatusController:
     async def run(self, stop: threading.Event | None = None) -> None:
         """Run until ``stop`` is set (or, without one, until kopf's own signal handling stops
         it). Creates its API client on the running loop."""
+        import_kopf()  # the first import of kopf, without the client libraries (kopfimport.py)
         import kopf
 
         settings = kopf.OperatorSettings()
