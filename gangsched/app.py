@@ -181,13 +181,11 @@ class App:
 
         # Started once the scheduler's caches are in and the backlog found there is decided and
         # bound (or CONTROLLER_START_WAIT after the caches, on a scheduler that is never idle):
-        # its start-up (importing kopf, about a CPU-second, on a thread of its own in the same
-        # interpreter) would otherwise hold up the first list and the first bindings, and the
-        # Accepted condition it writes is not urgent.
+        # its start-up (importing kopf and starting its watches, on a thread of its own in the
+        # same interpreter) would otherwise hold up the first list and the first bindings, and
+        # the Accepted condition it writes is not urgent.
         await self.service.ready.wait()
-        deadline = loop.time() + CONTROLLER_START_WAIT
-        while not self.service.quiet() and loop.time() < deadline:
-            await asyncio.sleep(0.1)
+        await self.service.until_quiet(CONTROLLER_START_WAIT)
         self._status_thread = self.status.start_thread(self._status_stop, on_exit)
         error = await ended
         why = f": {type(error).__name__}: {error}" if error is not None else " unexpectedly"

@@ -175,8 +175,10 @@ class _Twin:
 
     def __init__(self, snap: _Snapshot, core: Scheduler | None = None) -> None:
         self.now = snap.now
-        if core is not None and isinstance(core.clock, FakeClock):
-            # a core its caller is done with, run ahead as it is (Forecast's ``adopt``)
+        if core is not None:
+            # a core its caller is done with, run ahead as it is (Forecast's ``adopt``, which
+            # checked that it runs on a FakeClock)
+            assert isinstance(core.clock, FakeClock)
             self.clock, self.core = core.clock, core
         else:
             self.clock = FakeClock(self.now)
@@ -317,14 +319,14 @@ class _Twin:
         return evicted
 
     def settle(self) -> None:
-        """Run the twin until it has nothing left to decide now; again at once after an
-        eviction (the adapter runs the core when the victims' deletion comes in)."""
-        while self.apply(self.core.run_until_idle()):
+        for _ in self.settle_steps():
             pass
 
     def settle_steps(self, every: int = SETTLE_YIELD) -> Iterator[None]:
-        """``settle`` in steps: yields every ``every`` gang cycles (the decisions are carried
-        out at the end of each run, as ``settle`` does: the same result)."""
+        """Run the twin until it has nothing left to decide now, yielding every ``every`` gang
+        cycles; the decisions are carried out at the end of each run, and it runs again at
+        once after an eviction (the adapter runs the core when the victims' deletion comes
+        in)."""
         core = self.core
         n = 0
         while True:

@@ -103,9 +103,9 @@ JOBS_PATH = "/apis/batch/v1/jobs"
 # how many waiting gangs (the first in queue order) it forecasts
 FORECAST_BUDGET = 5.0
 FORECAST_GANGS = 200
-# a round of forecasts waits for the scheduling loop to be idle, at most this long
+# a round of forecasts waits for the scheduler to be quiet, at most this long
 FORECAST_DEFER = 30.0
-IDLE_POLL = 0.05
+QUIET_POLL = 0.05  # how often until_quiet looks
 
 
 class SchedulerService:
@@ -670,21 +670,20 @@ class SchedulerService:
     async def _forecast_forever(self) -> None:
         """Forecast every waiting gang's start (``forecasts``) when what the core holds changed,
         at most every ``forecast_seconds``, and at most about 5% of the loop's time (a round
-        that took t seconds of work waits 20 t before the next), once the scheduling loop is
-        idle (or FORECAST_DEFER seconds have passed); report the gangs whose forecast
-        changed."""
+        that took t seconds of work waits 20 t before the next), once the scheduler is quiet
+        (or FORECAST_DEFER seconds have passed); report the gangs whose forecast changed."""
         while True:
-            await self._until_idle(FORECAST_DEFER)
+            await self.until_quiet(FORECAST_DEFER)
             took = await self.forecast_round()
             await asyncio.sleep(max(self._forecast_every, 20 * took))
 
-    async def _until_idle(self, most: float) -> None:
-        """Wait (at most ``most`` seconds) until the scheduling loop has nothing left to decide:
-        work that can wait (a round of forecasts) takes no turn from gangs being decided and
-        bound, such as every gang of a scheduler that just started."""
+    async def until_quiet(self, most: float) -> None:
+        """Wait (at most ``most`` seconds) until the scheduler is ``quiet``: work that can wait
+        (a round of forecasts, the PodGroup controller's start) takes no turn from gangs being
+        decided and bound, such as every gang of a scheduler that just started."""
         deadline = time.monotonic() + most
-        while not self._idle and time.monotonic() < deadline:
-            await asyncio.sleep(IDLE_POLL)
+        while not self.quiet() and time.monotonic() < deadline:
+            await asyncio.sleep(QUIET_POLL)
 
     async def forecast_round(self) -> float:
         """One round of forecasts if the core changed since the last; the seconds of work it

@@ -1061,6 +1061,11 @@ class IdleService:
     def quiet(self) -> bool:
         return self.ready.is_set() and not self.busy
 
+    async def until_quiet(self, most: float) -> None:
+        deadline = time.monotonic() + most
+        while not self.quiet() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
     async def run(self) -> None:
         self.running.set()
         if self._sync:
