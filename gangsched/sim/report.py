@@ -6,11 +6,13 @@ import bisect
 import itertools
 import math
 import statistics
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import DomainConstraint
 from gangsched.core.plugins.task_topology import relations
+from gangsched.sim.bound import share_bound
 from gangsched.sim.engine import GpuMoment, GpuTally, SimResult
 from gangsched.sim.jobs import SimJob
 from gangsched.sim.topology import domains_spanned
@@ -118,7 +120,7 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
         "gpu_idle_while_waiting_fraction": round(
             r.gpu_idle_while_waiting / r.gpu_seconds_total if r.gpu_seconds_total else 0.0, 4
         ),
-        **(gpu_figures(r.gpu) if r.gpu is not None else {}),
+        **(gpu_figures(r.gpu, r.jobs) if r.gpu is not None else {}),
         "wait_seconds_mean": round(statistics.fmean(waits), 3) if waits else 0.0,
         "wait_seconds_p50": round(_pct(waits, 0.5), 3) if waits else 0.0,
         "wait_seconds_p99": round(_pct(waits, 0.99), 3) if waits else 0.0,
@@ -146,10 +148,12 @@ def summary(r: SimResult, workload: str) -> dict[str, Any]:
     }
 
 
-def gpu_figures(g: GpuTally) -> dict[str, Any]:
+def gpu_figures(g: GpuTally, jobs: Sequence[SimJob] = ()) -> dict[str, Any]:
     """Where the cluster's GPUs stand: the share of GPU capacity that bound pods asked for,
     the share that arrived, devices handed out, and what was left unallocated when a GPU
-    job first failed to place and at the end."""
+    job first failed to place and at the end. With the run's ``jobs``, and when none of
+    those that had arrived by full arrival could have ended by then, also the most any
+    placement could have allocated at that moment (:mod:`gangsched.sim.bound`)."""
     cap = g.capacity_milli
 
     def share(milli: int) -> float:
@@ -167,6 +171,7 @@ def gpu_figures(g: GpuTally) -> dict[str, Any]:
         "gpu_share_arrived": share(g.arrived_milli),
         "gpu_share_allocated": share(g.bound_milli),
         "gpu_share_allocated_at_full_arrival": share(full.bound_milli) if full else None,
+        "gpu_share_bound_at_full_arrival": _bound_at(full, jobs, cap, share),
         "gpus_handed_out": g.devices_used,
         "gpus_unallocated_first_failure": unallocated(first),
         "gpu_share_allocated_first_failure": share(first.bound_milli) if first else None,
@@ -175,6 +180,20 @@ def gpu_figures(g: GpuTally) -> dict[str, Any]:
         "nodes_with_free_gpus": sum(1 for used in gpu_nodes if min(used) < MILLI),
         "gpu_nodes_empty": sum(1 for used in gpu_nodes if max(used) == 0),
     }
+
+
+def _bound_at(
+    m: GpuMoment | None, jobs: Sequence[SimJob], cap: int, share: Callable[[int], float]
+) -> float | None:
+    """``gpu_share_bound_at_full_arrival``: None unless every job arrived by then still
+    runs (never ends), so that the demand then is all there was to place."""
+    if m is None:
+        return None
+    arrived = [j for j in jobs if j.arrival <= m.t]
+    if not arrived or any(math.isfinite(j.duration) for j in arrived):
+        return None
+    requests = [(d.count, d.milli) for j in arrived for p in j.pods if (d := p.gpu) is not None]
+    return share(share_bound(requests, cap).milli)
 
 
 def cross_node_affine_pairs(r: SimResult) -> int:
