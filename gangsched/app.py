@@ -101,15 +101,20 @@ class App:
         return time.monotonic() - self.service.last_turn < 60.0
 
     async def run(self) -> None:
-        if self.health is not None:
-            await self.health.start()
         tasks: list[asyncio.Task[None]] = []
+        if self.health is not None:
+            # beside the scheduler's start (a failure to serve still stops the app)
+            tasks.append(asyncio.create_task(self._serve_health(), name="health"))
         deposed = False
         stopper = asyncio.create_task(self.stop.wait(), name="stop")
         try:
             if self.elector is not None:
                 acquire = asyncio.create_task(self.elector.acquire(), name="acquire")
-                await asyncio.wait([acquire, stopper], return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait([acquire, stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+                for serving in tasks:  # (the health server, which a standby serves too)
+                    if serving.done() and (error := serving.exception()) is not None:
+                        acquire.cancel()
+                        raise error
                 if not acquire.done():
                     acquire.cancel()
                     return
@@ -162,6 +167,12 @@ class App:
             if self.health is not None:
                 await self.health.stop()
             await self.client.close()
+
+    async def _serve_health(self) -> None:
+        """Serve /metrics, /healthz and /readyz until the app stops."""
+        assert self.health is not None
+        await self.health.start()
+        await self.stop.wait()
 
     async def _run_controller(self) -> None:
         """Start the PodGroup controller on its thread and return only if that thread ends,
@@ -270,6 +281,8 @@ async def build_app(
         if settings.status_controller
         else None
     )
+    # the first decisions need only the lists: watches (and aiohttp) come after them
+    client.hold_watches(service.first_pass)
     app = App(settings, client, service, outbox, status, elector, None)
     if settings.http_bind_address:
         app.health = HealthServer(settings.http_bind_address, metrics.render, app.ready, app.live)

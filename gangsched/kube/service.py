@@ -106,6 +106,8 @@ FORECAST_GANGS = 200
 # a round of forecasts waits for the scheduler to be quiet, at most this long
 FORECAST_DEFER = 30.0
 QUIET_POLL = 0.05  # how often until_quiet looks
+# how long after the caches synced watches wait at most for the first pass (first_pass)
+WATCH_DEFER = 2.0
 
 
 class SchedulerService:
@@ -197,6 +199,8 @@ class SchedulerService:
         self.ready = asyncio.Event()
         # the scheduling loop found nothing to decide at its last turn (see quiet())
         self._idle = False
+        # set when the loop first found nothing left to decide after the lists (first_pass)
+        self._first_pass = asyncio.Event()
         self._relists_seen: dict[str, int] = {}
         self._status_resync = status_resync_seconds
         # start forecasts (core/forecast.py): made when the core changed, at most this often
@@ -298,6 +302,7 @@ class SchedulerService:
                     self.last_turn = time.monotonic()  # busy, not stalled
             self._gauges()
             self._idle = True
+            self._first_pass.set()
             self.last_turn = time.monotonic()
             wake_at = core.next_wakeup()
             timeout = MAX_IDLE if wake_at is None else max(0.0, wake_at - core.clock.now())
@@ -307,6 +312,16 @@ class SchedulerService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(timeout, MAX_IDLE) + 0.001):
                     await self._wake.wait()
+
+    async def first_pass(self) -> None:
+        """Return once the caches are in and the scheduling loop has decided everything the
+        lists gave it (its first bindings are on their way), or ``WATCH_DEFER`` seconds after
+        the caches synced if that takes longer: what the scheduler's watches wait for
+        (KubeClient.hold_watches)."""
+        await self.ready.wait()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(WATCH_DEFER):
+                await self._first_pass.wait()
 
     async def _until_synced(self) -> None:
         """Wait for every reflector's first list. Meanwhile ``last_turn`` keeps saying that

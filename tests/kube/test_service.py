@@ -229,6 +229,28 @@ async def test_quiet_once_the_backlog_is_decided_and_bound(rig: Rig) -> None:
     assert sorted(rig.bindings()) == ["train-0", "train-1"]
 
 
+async def test_the_first_pass_is_over_once_the_lists_are_decided_bindings_or_not(
+    rig: Rig,
+) -> None:
+    """What the watches wait for (app.py: KubeClient.hold_watches): not before the caches
+    are in; once the loop decided what the lists gave it, even with its bindings under way."""
+    kube = rig.kube
+    kube.seed(NODES, node("n0"))
+    kube.seed(PODGROUPS, podgroup("train", 2))
+    kube.seed(PODS, *members("train", 2))
+    bindings = kube.hold("create", "/binding$", times=2)
+    lists = kube.hold("list", "/csinodes$", times=1)
+    first = asyncio.create_task(rig.service.first_pass())
+    rig.start()
+    await asyncio.sleep(0.1)
+    assert not first.done(), "a first list is still out"
+    lists.set()
+    await asyncio.wait_for(first, 5)
+    assert rig.service.ready.is_set() and not rig.service.quiet(), "bindings under way"
+    bindings.set()
+    await until("the gang bound", lambda: len(rig.bindings()) == 2)
+
+
 async def test_a_gang_waits_for_its_members_then_binds_whole(rig: Rig) -> None:
     kube = rig.kube
     kube.seed(NODES, node("n0"), node("n1"))

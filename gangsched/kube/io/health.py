@@ -3,9 +3,13 @@ turns) and /readyz (caches are synced and, with leader election, whatever the ro
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = ["HealthServer"]
 
@@ -25,21 +29,30 @@ class HealthServer:
         self._ready = ready
         self._live = live
         self._runner: web.AppRunner | None = None
+        self._web: Any = None  # aiohttp.web, once start() imported it
+
+    def _response(self, **kwargs: Any) -> web.Response:
+        if self._web is None:
+            self._web = importlib.import_module("aiohttp.web")
+        response: web.Response = self._web.Response(**kwargs)
+        return response
 
     async def _get_metrics(self, _: web.Request) -> web.Response:
-        return web.Response(
+        return self._response(
             body=self._metrics(), headers={"Content-Type": "text/plain; version=0.0.4"}
         )
 
     async def _healthz(self, _: web.Request) -> web.Response:
         ok = self._live()
-        return web.Response(status=200 if ok else 500, text="ok" if ok else "stalled")
+        return self._response(status=200 if ok else 500, text="ok" if ok else "stalled")
 
     async def _readyz(self, _: web.Request) -> web.Response:
         ok = self._ready()
-        return web.Response(status=200 if ok else 503, text="ok" if ok else "not ready")
+        return self._response(status=200 if ok else 503, text="ok" if ok else "not ready")
 
     async def start(self) -> None:
+        # (aiohttp.web imported here, on a worker thread: the scheduler's start runs meanwhile)
+        web = self._web = await asyncio.to_thread(importlib.import_module, "aiohttp.web")
         app = web.Application()
         app.router.add_get("/metrics", self._get_metrics)
         app.router.add_get("/healthz", self._healthz)

@@ -336,6 +336,45 @@ async def test_a_watch_stream_split_anywhere_is_read_line_by_line(server: Server
     assert server.seen == [("GET", "/api/v1/pods", {"resourceVersion": "5", "watch": "true"})]
 
 
+async def test_held_watches_start_once_their_gate_opens_and_lists_do_not_wait(
+    server: Server,
+) -> None:
+    """hold_watches: no watch reaches the server before the gate returns (every watch waits
+    for the same one); GETs go meanwhile."""
+    event = {"type": "ADDED", "object": {"metadata": {"name": "p"}}}
+    server.routes = {
+        "/api/v1/pods": _answer(200, {"items": []}),
+        "/api/v1/nodes": _answer(200, json.dumps(event) + "\n"),
+    }
+    opened = asyncio.Event()
+    gate_calls = 0
+
+    async def gate() -> None:
+        nonlocal gate_calls
+        gate_calls += 1
+        await opened.wait()
+
+    client = _client(server.url)
+    client.hold_watches(gate)
+
+    async def first(path: str) -> object:
+        async for e in client.watch(path, {}):
+            return e
+        return None
+
+    try:
+        watches = [asyncio.create_task(first("/api/v1/nodes")) for _ in range(2)]
+        assert await client.get("/api/v1/pods") == {"items": []}
+        await asyncio.sleep(0.2)
+        assert server.seen == [("GET", "/api/v1/pods", {})]  # the list, no watch yet
+        opened.set()
+        assert await asyncio.wait_for(asyncio.gather(*watches), 10) == [event, event]
+    finally:
+        await client.close()
+    assert gate_calls == 1
+    assert server.seen.count(("GET", "/api/v1/nodes", {"watch": "true"})) == 2
+
+
 async def test_a_refused_watch_is_an_api_error(server: Server) -> None:
     gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
     server.routes = {"/api/v1/pods": _answer(410, gone)}
