@@ -17,7 +17,8 @@ status, host ports, scheduling gates and the fields gangsched refuses, and puts 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from gangsched.api.affinity import placement, pod_affinity
 from gangsched.api.dra import pod_claims
@@ -303,6 +304,38 @@ def _bound_at(status: Obj) -> float:
                 return 0.0
             return timestamp(c.get("lastTransitionTime"))
     return 0.0
+
+
+def with_status(pod: Pod, meta: Obj, status: Obj, **changes: Any) -> Pod:
+    """A copy of ``pod`` with what a full read takes from the metadata and status but not the
+    spec (phase, deletion, resourceVersion, nominated node, preemption mark, when it was
+    bound), and ``changes``: for an event that changed nothing else scheduling reads."""
+    try:
+        phase = PodPhase(str(status.get("phase", "Pending")))
+    except ValueError:
+        phase = PodPhase.UNKNOWN
+    return replace(
+        pod,
+        phase=phase,
+        deleting=bool(meta.get("deletionTimestamp")),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        nominated_node=scalar_text(status.get("nominatedNodeName"), ""),
+        disruption=_disruption(status),
+        bound_at=_bound_at(status),
+        **changes,
+    )
+
+
+def as_bound(pod: Pod, node: str, meta: Obj, status: Obj) -> Pod | None:
+    """``pod``, read while it was pending, as its binding to ``node`` left it: a binding sets
+    ``spec.nodeName`` and the ``PodScheduled`` condition and nothing else of what scheduling
+    reads (the caller has checked that the rest is as it was). None when the pod's GPU device
+    record cannot be read: a full read reports that."""
+    annotations = meta.get("annotations")
+    recorded = devices_from(annotations) if isinstance(annotations, Mapping) else ()
+    if isinstance(recorded, str):
+        return None
+    return with_status(pod, meta, status, node_name=node, gpu_devices=recorded)
 
 
 def read_pod(obj: Obj) -> PodRead:

@@ -10,6 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gangsched.api.gpushare import DEVICE_ALLOCATED
 from gangsched.api.pod import pod_from
 from gangsched.kube.podreader import PodReader
 from tests.api.test_pod import small_pod
@@ -61,13 +62,49 @@ def test_a_status_only_change_reuses_the_read_spec_with_the_new_phase_and_versio
     assert membership == pod_from(running)[1]
 
 
-def test_what_scheduling_reads_changing_makes_a_full_read() -> None:
+def test_a_binding_is_taken_without_a_full_read() -> None:
+    """A binding sets spec.nodeName (no new generation) and the PodScheduled condition: the
+    pod read while pending, on its node."""
     reader = PodReader()
     obj = _pod()
     reader.read(obj)
+    bound = copy.deepcopy(obj)
+    bound["spec"]["nodeName"] = "n1"
+    bound["metadata"]["resourceVersion"] = "11"
+    bound["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z"}
+    ]
+    pod, _ = reader.read(bound)
+    assert (reader.full_reads, reader.rebound) == (1, 1)
+    assert pod.node_name == "n1" and pod.bound_at > 0 and pod.resource_version == "11"
+    assert _same(pod, pod_from(bound)[0])
+    # and the next status change reuses the bound pod
+    running = copy.deepcopy(bound)
+    running["status"]["phase"] = "Running"
+    pod, _ = reader.read(running)
+    assert (reader.full_reads, reader.reused) == (1, 1)
+    assert _same(pod, pod_from(running)[0])
+
+
+def test_a_binding_with_an_unreadable_device_record_is_read_in_full() -> None:
+    reader = PodReader()
+    obj = _pod()
+    obj["metadata"]["annotations"] = {DEVICE_ALLOCATED: "not json"}
+    reader.read(obj)
+    bound = copy.deepcopy(obj)
+    bound["spec"]["nodeName"] = "n1"
+    reader.read(bound)
+    assert (reader.full_reads, reader.rebound) == (2, 0)
+
+
+def test_what_scheduling_reads_changing_makes_a_full_read() -> None:
+    reader = PodReader()
+    obj = _pod()
+    obj["spec"]["nodeName"] = "n1"
+    reader.read(obj)
     changes = []
     bound = copy.deepcopy(obj)
-    bound["spec"]["nodeName"] = "n1"  # a binding: no new generation
+    bound["spec"]["nodeName"] = "n2"  # not a binding (a node name never changes once set)
     changes.append(bound)
     relabelled = copy.deepcopy(bound)
     relabelled["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "other"}
@@ -128,10 +165,20 @@ _status = st.fixed_dictionaries(
         "conditions": st.lists(
             st.fixed_dictionaries(
                 {
-                    "type": st.sampled_from(["Ready", "PodScheduled", "PodResizePending"]),
+                    "type": st.sampled_from(
+                        ["Ready", "PodScheduled", "PodResizePending", "DisruptionTarget"]
+                    ),
                     "status": st.sampled_from(["True", "False"]),
-                    "reason": st.sampled_from(["Infeasible", "Deferred", ""]),
-                }
+                    "reason": st.sampled_from(
+                        ["Infeasible", "Deferred", "PreemptionByScheduler", ""]
+                    ),
+                },
+                optional={
+                    "lastTransitionTime": st.sampled_from(
+                        ["2026-01-01T00:00:05Z", "2026-01-01T00:07:00Z"]
+                    ),
+                    "message": st.just("gangsched: preempted"),
+                },
             ),
             max_size=3,
         ),
@@ -154,20 +201,26 @@ _status = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     events=st.lists(
         st.tuples(_status, st.booleans(), st.sampled_from(["", "n1", "n2"])),
         min_size=1,
         max_size=6,
-    )
+    ),
+    record=st.sampled_from([None, '{"gpu":[{"minor":1,"resources":{}}]}', "unreadable"]),
 )
-def test_every_read_equals_a_full_read(events: list[tuple[dict[str, Any], bool, str]]) -> None:
+def test_every_read_equals_a_full_read(
+    events: list[tuple[dict[str, Any], bool, str]], record: str | None
+) -> None:
     """Whatever happens to a pod's status, deletion and node (its spec unchanged, so its
-    generation unchanged), what the reader returns is what a full read of the event gives."""
+    generation unchanged; a GPU device record or none), what the reader returns is what a
+    full read of the event gives."""
     reader = PodReader()
     for version, (status, deleting, node) in enumerate(events):
         obj = _pod(**({"nodeName": node} if node else {}))
+        if record is not None:
+            obj["metadata"]["annotations"] = {DEVICE_ALLOCATED: record}
         obj["status"] = status
         obj["metadata"]["resourceVersion"] = str(version)
         if deleting:
