@@ -103,18 +103,20 @@ class App:
     async def run(self) -> None:
         tasks: list[asyncio.Task[None]] = []
         if self.health is not None:
-            # beside the scheduler's start (a failure to serve still stops the app)
-            tasks.append(asyncio.create_task(self._serve_health(), name="health"))
+            if self.elector is not None:
+                # A replica answers its probes before it competes for the lease (a standby is
+                # probed too); without leader election the server starts beside the
+                # scheduler, whose first decisions need not wait for aiohttp's import. A
+                # failure to serve stops the app either way.
+                await self.health.start()
+            started = self.elector is not None
+            tasks.append(asyncio.create_task(self._serve_health(started), name="health"))
         deposed = False
         stopper = asyncio.create_task(self.stop.wait(), name="stop")
         try:
             if self.elector is not None:
                 acquire = asyncio.create_task(self.elector.acquire(), name="acquire")
-                await asyncio.wait([acquire, stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
-                for serving in tasks:  # (the health server, which a standby serves too)
-                    if serving.done() and (error := serving.exception()) is not None:
-                        acquire.cancel()
-                        raise error
+                await asyncio.wait([acquire, stopper], return_when=asyncio.FIRST_COMPLETED)
                 if not acquire.done():
                     acquire.cancel()
                     return
@@ -168,10 +170,11 @@ class App:
                 await self.health.stop()
             await self.client.close()
 
-    async def _serve_health(self) -> None:
-        """Serve /metrics, /healthz and /readyz until the app stops."""
+    async def _serve_health(self, started: bool) -> None:
+        """Serve /metrics, /healthz and /readyz (``started``: already) until the app stops."""
         assert self.health is not None
-        await self.health.start()
+        if not started:
+            await self.health.start()
         await self.stop.wait()
 
     async def _run_controller(self) -> None:
