@@ -103,14 +103,14 @@ class App:
     async def run(self) -> None:
         tasks: list[asyncio.Task[None]] = []
         if self.health is not None:
+            # A replica answers its probes before it competes for the lease (a standby is
+            # probed too); without leader election the server starts beside the scheduler,
+            # whose first decisions need not wait for aiohttp's import (a failure to serve
+            # still stops the app: the task ends with it).
             if self.elector is not None:
-                # A replica answers its probes before it competes for the lease (a standby is
-                # probed too); without leader election the server starts beside the
-                # scheduler, whose first decisions need not wait for aiohttp's import. A
-                # failure to serve stops the app either way.
                 await self.health.start()
-            started = self.elector is not None
-            tasks.append(asyncio.create_task(self._serve_health(started), name="health"))
+            else:
+                tasks.append(asyncio.create_task(self._serve_health(), name="health"))
         deposed = False
         stopper = asyncio.create_task(self.stop.wait(), name="stop")
         try:
@@ -170,11 +170,10 @@ class App:
                 await self.health.stop()
             await self.client.close()
 
-    async def _serve_health(self, started: bool) -> None:
-        """Serve /metrics, /healthz and /readyz (``started``: already) until the app stops."""
+    async def _serve_health(self) -> None:
+        """Serve /metrics, /healthz and /readyz until the app stops."""
         assert self.health is not None
-        if not started:
-            await self.health.start()
+        await self.health.start()
         await self.stop.wait()
 
     async def _run_controller(self) -> None:

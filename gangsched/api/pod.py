@@ -163,10 +163,6 @@ def _pod_from(obj: Obj) -> PodRead:
     ns = str(raw_ns) if raw_ns not in (None, "") else "default"
     name = str(meta.get("name", ""))
     uid = str(meta.get("uid", "") or f"{ns}/{name}")
-    try:
-        phase = PodPhase(str(status.get("phase", "Pending")))
-    except ValueError:
-        phase = PodPhase.UNKNOWN
     pod = Pod(
         uid,
         ns,
@@ -174,7 +170,7 @@ def _pod_from(obj: Obj) -> PodRead:
         {"pods": 1},
         created=timestamp(meta.get("creationTimestamp")),
         scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
-        phase=phase,
+        phase=_phase(status),
         node_name=str(spec.get("nodeName") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
         resource_version=str(meta.get("resourceVersion") or ""),
@@ -274,6 +270,13 @@ def _pod_from(obj: Obj) -> PodRead:
     return PodRead(pod, membership, device_record_error)
 
 
+def _phase(status: Obj) -> PodPhase:
+    try:
+        return PodPhase(str(status.get("phase", "Pending")))
+    except ValueError:
+        return PodPhase.UNKNOWN
+
+
 def _disruption(status: Obj) -> str:
     """The message of a ``DisruptionTarget`` condition that is ``True`` with reason
     ``PreemptionByScheduler`` (a scheduler decided to evict the pod), else ''. Unreadable
@@ -310,13 +313,9 @@ def with_status(pod: Pod, meta: Obj, status: Obj, **changes: Any) -> Pod:
     """A copy of ``pod`` with what a full read takes from the metadata and status but not the
     spec (phase, deletion, resourceVersion, nominated node, preemption mark, when it was
     bound), and ``changes``: for an event that changed nothing else scheduling reads."""
-    try:
-        phase = PodPhase(str(status.get("phase", "Pending")))
-    except ValueError:
-        phase = PodPhase.UNKNOWN
     return replace(
         pod,
-        phase=phase,
+        phase=_phase(status),
         deleting=bool(meta.get("deletionTimestamp")),
         resource_version=str(meta.get("resourceVersion") or ""),
         nominated_node=scalar_text(status.get("nominatedNodeName"), ""),

@@ -171,7 +171,7 @@ def gpu_figures(g: GpuTally, jobs: Sequence[SimJob] = ()) -> dict[str, Any]:
         "gpu_share_arrived": share(g.arrived_milli),
         "gpu_share_allocated": share(g.bound_milli),
         "gpu_share_allocated_at_full_arrival": share(full.bound_milli) if full else None,
-        "gpu_share_bound_at_full_arrival": _bound_at(full, jobs, cap, share),
+        "gpu_share_bound_at_full_arrival": _share_bound_at(full, jobs, cap, share),
         "gpus_handed_out": g.devices_used,
         "gpus_unallocated_first_failure": unallocated(first),
         "gpu_share_allocated_first_failure": share(first.bound_milli) if first else None,
@@ -182,7 +182,7 @@ def gpu_figures(g: GpuTally, jobs: Sequence[SimJob] = ()) -> dict[str, Any]:
     }
 
 
-def _bound_at(
+def _share_bound_at(
     m: GpuMoment | None, jobs: Sequence[SimJob], cap: int, share: Callable[[int], float]
 ) -> float | None:
     """``gpu_share_bound_at_full_arrival``: None unless every job arrived by then still
