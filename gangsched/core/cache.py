@@ -28,6 +28,7 @@ only at nodes that can hold it, tightest first; and cluster-wide free totals ove
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 
@@ -143,6 +144,13 @@ class ClusterCache:
         self.resource_claims = ClaimCatalog(self._node_labels)
         # Free capacity per topology domain of the levels gangs ask about (core/domains.py).
         self.domains = DomainIndex()
+        # Nodes where capacity was freed (a pod no longer counted there) or that came or
+        # changed, in order: ``freed_since`` names those after a point (``freed_seq``). What
+        # a what-if lifts is not counted as freed.
+        self.freed_seq = 0
+        self._freed_at: dict[str, int] = {}  # node -> seq of its last freeing
+        self._freed_log: list[tuple[int, str]] = []
+        self._lifting = False
         # Called with a pod's uid after ``assume`` or ``forget`` changed whether it is
         # assumed (the scheduler keeps its gangs' counts with it). ``upsert_pod`` and
         # ``remove_pod`` drop an assumption without it: their caller has the pod's event.
@@ -171,6 +179,7 @@ class ClusterCache:
             self._recount_devices(info)
         self._total(info)
         self._reindex(info)
+        self._freed(node.name)
 
     def remove_node(self, name: str) -> list[str]:
         """Forget a node. Returns the uids of pods assumed on it; their reservations stay
@@ -289,7 +298,11 @@ class ClusterCache:
         """What-if: stop counting a pod where it runs, as if it were gone (preemption and
         reservations ask where a gang would fit without some pods). ``restore`` undoes it;
         the caller restores every pod it lifted before the cycle ends."""
-        self._count(uid, "", {})
+        self._lifting = True
+        try:
+            self._count(uid, "", {})
+        finally:
+            self._lifting = False
         pod = self.pods.get(uid)
         if pod is not None and pod.resource_claims:
             self.resource_claims.lift(uid, pod.resource_claims)
@@ -301,6 +314,33 @@ class ClusterCache:
             self._count(uid, self._target(pod), pod.requests)
             if pod.resource_claims:
                 self.resource_claims.restore(uid, pod.resource_claims)
+
+    def freed_since(self, seq: int) -> list[str]:
+        """The nodes freed (or that came or changed) after ``freed_seq`` was ``seq``."""
+        log = self._freed_log
+        at = bisect.bisect_right(log, seq, key=_seq_of)
+        if at == len(log):
+            return []
+        freed_at = self._freed_at
+        return [n for q, n in log[at:] if freed_at.get(n) == q]
+
+    def _freed(self, node: str) -> None:
+        self.freed_seq += 1
+        self._freed_at[node] = self.freed_seq
+        log = self._freed_log
+        log.append((self.freed_seq, node))
+        if len(log) > 64 and len(log) > 4 * len(self._freed_at):
+            self._freed_log = sorted((q, n) for n, q in self._freed_at.items())
+
+    def gpu_room(self, info: NodeInfo, demand: GpuDemand) -> bool:
+        """Whether the node's devices have room for ``demand`` by the indexes (whole free
+        devices, the largest free share); True for a node without a device model (its free
+        ``nvidia.com/gpu`` says)."""
+        if info.gpus is None:
+            return True
+        if demand.milli >= MILLI:
+            return self._bucket_of.get(info.name, 0) >= demand.count
+        return self._share_of.get(info.name, 0) >= demand.milli
 
     def _node_labels(self, name: str) -> Mapping[str, str]:
         info = self.nodes.get(name)
@@ -414,6 +454,8 @@ class ClusterCache:
                 info.gpus.give(counted[0], counted[1])
             info.pods.discard(uid)
             del self._counted_on[uid]
+            if target != current and not self._lifting:
+                self._freed(current)
             group = self._counted_gang.pop(uid, "")
             if group:
                 where = self.gang_nodes[group]
@@ -707,6 +749,10 @@ def _least_used(gpus: NodeGpus, count: int) -> tuple[int, ...]:
         used[i] += MILLI
         out.append(i)
     return tuple(sorted(out))
+
+
+def _seq_of(entry: tuple[int, str]) -> int:
+    return entry[0]
 
 
 def _free_of(info: NodeInfo) -> ResourceList:

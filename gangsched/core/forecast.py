@@ -128,6 +128,7 @@ class _Snapshot:
     # gang key -> (failed attempts, the last failure, where it waits for its retry) of the
     # gangs that failed on the cluster
     retries: dict[str, tuple[int, float | None, Retry]]
+    tried: dict[str, float]  # gang key -> when it was last placed (Gang.tried_at)
     reservation: Reservation | None  # the live one (a copy)
     learned: list[object | None]  # what the live scorers learned (NodeFinder.learned)
 
@@ -167,6 +168,7 @@ class _Snapshot:
                 for k, g in live.gangs.items()
                 if (retry := live.queue.retry(k)) is not None
             },
+            tried={k: g.tried_at for k, g in live.gangs.items() if g.tried_at is not None},
         )
 
 
@@ -256,6 +258,11 @@ class _Twin:
             if gang is not None and twin.queue.state_of(key) == "active":
                 gang.attempts, gang.last_failure = attempts, last_failure
                 twin.queue.restore_retry(key, twin.book.sort_key(gang), retry)
+        # what the live gangs were last tried against is the twin's cluster as built: only
+        # what the twin frees from here on could help them (Scheduler.freed_could_help)
+        for gang in twin.gangs.values():
+            gang.freed_seen = twin.cache.freed_seq
+            gang.tried_at = snap.tried.get(gang.key)
 
     # ---- what is declared ---------------------------------------------------------------
     def declared_end(self, pod: Pod, bound: float) -> _End | None:

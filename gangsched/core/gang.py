@@ -56,6 +56,10 @@ class Gang:
     placed_in: str = ""  # "level=value": the topology domain its last binding went to
     # The room held for members to come (a leader-first gang, core/leaderfirst.py).
     hold: Hold | None = None
+    # ClusterCache.freed_seq when it last failed on the cluster: the nodes freed since could
+    # help it (SchedulingQueue.idle_check)
+    freed_seen: int = 0
+    tried_at: float | None = None  # when it was last placed (a gang cycle past the gates)
 
     @property
     def members(self) -> KeysView[str]:

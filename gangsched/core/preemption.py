@@ -284,8 +284,10 @@ class Preemptor:
         for info in cache.nodes.values():
             for uid in info.pods:
                 pod = cache.pods.get(uid)
-                if pod is None or not pod.node_name or pod.terminal:
-                    continue  # assumed, not bound: a reservation, never a victim
+                if pod is None or pod.terminal or (evicting and not pod.node_name):
+                    # assumed, not bound: never a victim, but waited for like the rest (its
+                    # binding is in flight, or its gang waits at Permit)
+                    continue
                 if pod.deleting or uid in promised:
                     going.append(uid)
                     continue

@@ -24,8 +24,20 @@ freed for it) and it outranks the head of the active heap (it is part-way bound 
 or its priority is higher). Otherwise a gang of lower priority that happens to be active
 would take the capacity the outranking gang was waiting for. Each such gang is tried at most
 once per cluster event: failing again, it waits for the next one, so a gang that can never
-fit is no hot loop. Gangs of equal priority keep their backoff (first come, first served
-among them is not worth a retry at every freed GPU).
+fit is no hot loop. Gangs of equal priority keep their backoff while others are active
+(first come, first served among them is not worth a retry at every freed GPU).
+
+Nothing active: a gang backing off after a cluster event woke it is tried at once, first in
+sort order (higher priority, then older), its backoff ended early, as kube-scheduler does
+since v1.33 (``SchedulerPopFromBackoffQ``, on by default: it pops the backoff queue when the
+active queue is empty). A backoff is a penalty for failing, not a reason to leave capacity
+idle: without this, freed capacity waits for the backoff to end and goes to whatever arrives
+first, so a gang that has waited longest is overtaken by newer ones (and its forecast start,
+core/forecast.py, is missed). A gang backing off after an error (a failed binding) waits for
+its time, as in kube-scheduler's error backoff queue; a gang parked with no cluster event
+since it failed waits for one. Each gang is taken this way at most once per cluster event
+(one that nothing freed since its failure could help fails again at once, without a
+placement: core/scheduler.py, ``freed_could_help``).
 
 Every operation costs O(log n) or what it moves, never a walk over every queued gang: the
 backoff times and the park times are heaps (entries superseded since are skipped when they
@@ -81,6 +93,10 @@ class SchedulingQueue:
         self._parked_by: dict[Wake, dict[str, None]] = {w: {} for w in Wake}
         # gangs backing off only until their retry time after a wake by their own events
         self._spaced: set[str] = set()
+        # gangs backing off after an error (a failed binding): not tried before their time
+        self._errored: set[str] = set()
+        # whether the last gang popped was taken from the backoff with nothing active
+        self.popped_idle = False
         # Gangs backing off or parked on cluster events: gang -> (entry sequence, whether a
         # cluster event happened after it entered). Entries that did not see one yet are in
         # _fresh, in the order they came (so by entry time); those that did, in the _eligible
@@ -126,6 +142,7 @@ class SchedulingQueue:
         self._active.pop(gang, None)
         self._unpark(gang)
         self._to_backoff(gang, until)
+        self._errored.add(gang)
         self._enter_waiting(gang, eligible=False)
 
     def remove(self, gang: str) -> None:
@@ -187,9 +204,10 @@ class SchedulingQueue:
         """The next gang to try: the head of the active heap, unless a gang backing off (or
         parked on cluster events) saw capacity freed since it failed and outranks that head:
         then that gang, its backoff ended early."""
+        self.popped_idle = False
         head = self._active_top()
         if head is None:
-            return None
+            return self._pop_backing_off()
         jump = self._eligible_top()
         if jump is not None and jump[0][:2] < head[0][:2]:
             heapq.heappop(self._eligible)
@@ -202,6 +220,29 @@ class SchedulingQueue:
         heapq.heappop(self._heap)
         del self._active[head[2]]
         return head[2]
+
+    def _pop_backing_off(self) -> str | None:
+        """Nothing is active: the first gang, in sort order, backing off after a cluster event
+        woke it (not after an error), its backoff ended early (``popped_idle`` says so)."""
+        heap = self._eligible
+        skipped: list[tuple[SortKey, int, str]] = []
+        found: str | None = None
+        while (top := self._eligible_top()) is not None:
+            g = top[2]
+            if g in self._backoff_until and g not in self._errored:
+                found = g
+                break
+            skipped.append(heapq.heappop(heap))
+        for e in skipped:
+            heapq.heappush(heap, e)
+        if found is None:
+            return None
+        heapq.heappop(heap)
+        self.popped_idle = True
+        del self._waiting[found]
+        self._failed_at.pop(found, None)
+        self._end_backoff(found)
+        return found
 
     def next_wakeup(self) -> float | None:
         times: list[float] = []
@@ -298,6 +339,7 @@ class SchedulingQueue:
     def _end_backoff(self, gang: str) -> None:
         self._backoff_until.pop(gang, None)
         self._spaced.discard(gang)
+        self._errored.discard(gang)
 
     def _park(self, gang: str, wake: Wake, until: float, since: float | None = None) -> None:
         self._unpark(gang)

@@ -198,10 +198,44 @@ class Scheduler:
         self.started = self.reservations.started
         self.failures = self.replay.memo
         self.cycles = 0
+        book.freed_seq = lambda: self.cache.freed_seq
         # How many times a gang's spec was set or removed (what start forecasts read changed)
         self.spec_changes = 0
         # Gangs that ran and lost members (core/lifecycle.py).
         self.lifecycle = Lifecycle(self.cache, clock, lambda uid: uid in self.awaited_by)
+
+    def freed_could_help(self, gang: Gang, now: float) -> bool:
+        """Whether a node freed since the gang last failed has room, by NodeResourcesFit's
+        arithmetic and the free devices, for one of its pending members; or its attempt
+        would make its reservation; or it has not been placed for ``backoffMaxSeconds``. A
+        gang the queue takes ahead of its backoff, with nothing else to do, is placed only
+        then: otherwise it fails at once, as its placement would on what was freed (what
+        else a cluster event can change for it, through other nodes' pods, is covered by a
+        placement at least every ``backoffMaxSeconds``, as often as its backoff allows)."""
+        if gang.tried_at is None or now - gang.tried_at >= self.config.backoff_max_seconds:
+            return True
+        cache = self.cache
+        freed = cache.freed_since(gang.freed_seen)
+        if not freed:
+            return False
+        if self.reservations.turn_come(gang):
+            return True  # its attempt makes or remakes the reservation
+        h = holdings(gang, cache)
+        if not h.pending:
+            return True
+        asks = {(tuple((r, v) for r, v in p.requests.items() if v), p.gpu) for p in h.pending}
+        nodes = cache.nodes
+        for name in freed:
+            info = nodes.get(name)
+            if info is None or info.node is None:
+                continue
+            left = info.left
+            for ask, gpu in asks:
+                if all(v <= left.get(r, 0) for r, v in ask) and (
+                    gpu is None or cache.gpu_room(info, gpu)
+                ):
+                    return True
+        return False
 
     @property
     def preemptions(self) -> int:
@@ -608,6 +642,11 @@ class Scheduler:
         gang = self.gangs.get(key)
         if gang is None:
             return out
+        now = self.clock.now()
+        if self.queue.popped_idle and not self.freed_could_help(gang, now):
+            self.book.fail(gang, gang.reason, gang.message, Wake.CLUSTER)
+            return out
+        gang.tried_at = now
         self.cycles += 1
         turn = Turn(gang, holdings(gang, self.cache), out)
         for step in self.steps:

@@ -269,3 +269,36 @@ def test_a_terminal_pod_never_counts_even_when_assumed(cache: ClusterCache) -> N
     assert cache.cluster_free(GPU) == 12  # nothing held on n1 (8) or n2 (4)
     cache.forget("uid-t")
     assert cache.assumed == {}
+
+
+def test_freed_since_names_the_nodes_freed_after_a_point(cache: ClusterCache) -> None:
+    """What the queue's idle retries read (Scheduler.freed_could_help): the nodes where a pod
+    stopped being counted, or that came or changed, after a point; once each, in order."""
+    cache.upsert_pod(gpu_pod("a", node_name="n1", phase=PodPhase.RUNNING))
+    cache.upsert_pod(gpu_pod("b", node_name="n2", phase=PodPhase.RUNNING))
+    cache.upsert_pod(gpu_pod("c", node_name="n1", phase=PodPhase.RUNNING))
+    seen = cache.freed_seq
+    assert cache.freed_since(seen) == []
+    cache.upsert_pod(gpu_pod("p"))
+    cache.assume("uid-p", "n2")  # counting more frees nothing
+    cache.lift("uid-a")  # nor does a what-if
+    cache.restore("uid-a")
+    assert cache.freed_since(seen) == []
+    cache.upsert_pod(replace(cache.pods["uid-a"], phase=PodPhase.SUCCEEDED))
+    cache.remove_pod("uid-b")
+    cache.remove_pod("uid-c")  # n1 again: named once, at its latest
+    assert cache.freed_since(seen) == ["n2", "n1"]
+    later = cache.freed_seq
+    cache.forget("uid-p")  # an assumption dropped frees its node
+    assert cache.freed_since(later) == ["n2"]
+    cache.upsert_node(gpu_node("n3"))
+    assert cache.freed_since(later) == ["n2", "n3"]
+
+
+def test_the_freed_log_stays_as_small_as_the_nodes(cache: ClusterCache) -> None:
+    cache.upsert_pod(gpu_pod("a"))
+    for _ in range(500):
+        cache.assume("uid-a", "n1")
+        cache.forget("uid-a")
+    assert cache.freed_since(0) == ["n2", "n1"]  # (the nodes came: freed at first)
+    assert len(cache._freed_log) <= 64 + 4 * 2

@@ -346,21 +346,68 @@ def test_lower_priority_in_backoff_does_not_jump(q: SchedulingQueue, clock: Fake
     q.wake(Wake.CLUSTER)
     q.activate("normal", key("normal"))
     assert q.pop() == "normal"
-    assert q.pop() is None
     assert q.state_of("low") == "backoff"
 
 
-def test_nothing_active_leaves_the_backoff_alone(q: SchedulingQueue, clock: FakeClock) -> None:
-    """With nothing competing for the freed capacity there is nothing to invert: the gang
-    retries at its time, and stays eligible to jump until then."""
-    q.requeue("high", key("high", priority=10), clock.now() + 5, Wake.CLUSTER)
+def test_nothing_active_takes_a_gang_woken_in_backoff(q: SchedulingQueue, clock: FakeClock) -> None:
+    """kube-scheduler's SchedulerPopFromBackoffQ: with the active queue empty, a gang that a
+    cluster event woke while it backs off is tried at once (idle capacity does not wait out
+    a penalty), and only once per event: failing again, it waits for the next one."""
+    q.requeue("g", key("g"), clock.now() + 5, Wake.CLUSTER)
+    clock.advance(1)
+    assert q.pop() is None  # no event since it failed
+    q.wake(Wake.CLUSTER)
+    assert q.state_of("g") == "backoff"
+    assert q.pop() == "g"
+    assert q.state_of("g") == ""
+    q.requeue("g", key("g"), clock.now() + 10, Wake.CLUSTER)  # failed again
+    assert q.pop() is None
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    assert q.pop() == "g"
+
+
+def test_nothing_active_takes_the_woken_gangs_in_sort_order(
+    q: SchedulingQueue, clock: FakeClock
+) -> None:
+    """Higher priority first, then the gang that waited longest (its timestamp), not the one
+    whose backoff happens to end first."""
+    q.requeue("old", key("old", ts=1.0), clock.now() + 10, Wake.CLUSTER)
+    q.requeue("new", key("new", ts=5.0), clock.now() + 1, Wake.CLUSTER)
+    q.requeue("high", key("high", priority=5, ts=9.0), clock.now() + 10, Wake.CLUSTER)
+    clock.advance(0.5)
+    q.wake(Wake.CLUSTER)
+    assert drain(q) == ["high", "old", "new"]
+
+
+def test_an_active_gang_still_comes_before_a_woken_one_of_equal_priority(
+    q: SchedulingQueue, clock: FakeClock
+) -> None:
+    q.requeue("waited", key("waited", ts=1.0), clock.now() + 5, Wake.CLUSTER)
+    clock.advance(1)
+    q.wake(Wake.CLUSTER)
+    q.activate("arrived", key("arrived", ts=2.0))
+    assert drain(q) == ["arrived", "waited"]
+
+
+def test_an_error_backoff_is_not_cut_short(q: SchedulingQueue, clock: FakeClock) -> None:
+    """A gang backing off after a failed binding waits for its time even when nothing is
+    active (kube-scheduler does not pop its error backoff queue early either)."""
+    q.backoff("bindfail", key("bindfail"), clock.now() + 5)
     clock.advance(1)
     q.wake(Wake.CLUSTER)
     assert q.pop() is None
-    assert q.next_wakeup() == clock.now() + 4
+    clock.advance(4)
+    q.flush()
+    assert q.pop() == "bindfail"
+
+
+def test_a_gang_parked_on_its_own_events_is_not_taken(q: SchedulingQueue, clock: FakeClock) -> None:
+    q.requeue("short", key("short"), clock.now() + 5, Wake.GANG)  # waits for members
     clock.advance(1)
-    q.activate("low", key("low"))
-    assert q.pop() == "high"
+    q.wake(Wake.CLUSTER)
+    assert q.pop() is None
+    assert q.state_of("short") == "unschedulable"
 
 
 def test_jumping_is_at_most_once_per_cluster_event(q: SchedulingQueue, clock: FakeClock) -> None:

@@ -18,7 +18,7 @@ from gangsched.core.resourceclaims import (
     ExactRequest,
 )
 from tests.core.builders import make_node
-from tests.core.test_scheduler import Harness, binds, gpu_node, members, pod
+from tests.core.test_scheduler import T0, Harness, binds, gpu_node, members, pod
 
 
 def cluster(after: float | None = 60.0) -> Harness:
@@ -73,6 +73,22 @@ def test_a_waiting_gang_gets_a_reservation_and_small_jobs_stop_taking_its_nodes(
     out = h.run()
     assert [b.gang for b in binds(out)] == ["ml/big"]
     assert h.s.reserve.current is None
+
+
+def test_a_pod_whose_binding_is_in_flight_is_waited_for_like_the_running_ones() -> None:
+    """The gang's attempt can come while a pod it must wait for is assumed but not yet bound
+    (with nothing else queued, the gang is tried at the event that let that pod in): the
+    reservation still waits for it, rather than finding no way to fit."""
+    h = cluster()
+    fill_with_small(h, 15)
+    big_gang(h)
+    h.advance(61)
+    # older than the gang: tried first, it takes the last free GPU
+    h.add(pod("inflight", gpus=1, priority=0, created=T0 - 10))
+    h.run(confirm=False)  # bound by the core, not yet confirmed by the API server
+    assert not h.s.cache.pods["uid-inflight"].node_name
+    r = h.s.reserve.current
+    assert r is not None and r.gang == "ml/big" and set(r.nodes) == {"n0", "n1"}
 
 
 def test_backfill_uses_only_what_the_reservation_does_not_need() -> None:

@@ -373,18 +373,66 @@ def test_no_retry_without_event_until_the_flush() -> None:
     assert h.s.cycles == 2
 
 
-def test_event_during_backoff_retries_exactly_at_expiry() -> None:
+def test_event_during_backoff_with_nothing_else_queued_retries_at_once() -> None:
+    """Nothing else to schedule: the gang woken while it backs off is tried at the event (as
+    kube-scheduler pops its backoff queue when the active queue is empty)."""
     h = Harness(CoreConfig(backoff_initial_seconds=4.0), gpu_node("n1", 1))
     h.gang("ml/g", 2)
     h.add(*members("ml/g", 2))
     h.run()
     h.advance(1)
-    h.s.node_upsert(gpu_node("n2", 1))  # now it fits, but the backoff still runs
-    assert binds(h.run()) == []
-    assert h.s.next_wakeup() == T0 + 4
-    h.clock.set(T0 + 4)
+    h.s.node_upsert(gpu_node("n2", 1))  # now it fits, 3 s before its backoff ends
     [bind] = binds(h.run())
     assert len(bind.bindings) == 2
+
+
+def test_event_during_backoff_retries_at_expiry_when_other_work_took_the_room() -> None:
+    """Something active is tried first; the woken gang, failing again, waits for the next
+    event or its backoff (no retry at every pop)."""
+    h = Harness(CoreConfig(backoff_initial_seconds=4.0), gpu_node("n1", 1))
+    h.gang("ml/g", 2)
+    h.add(*members("ml/g", 2))
+    h.run()
+    h.advance(1)
+    h.s.pod_upsert(pod("solo", gpus=1))  # arrives, active
+    h.s.node_upsert(gpu_node("n2", 1))  # the room it takes
+    out = binds(h.run())
+    assert [b.gang for b in out] == ["pod:uid-solo"]
+    assert h.s.cycles == 3
+
+
+def test_a_gang_that_nothing_freed_could_help_fails_again_without_a_placement() -> None:
+    """Nothing else queued: a gang woken while it backs off is taken at once, but when no
+    node freed since its failure has room for any of its members, it fails as its placement
+    would (its backoff grows), without one; room freed later is tried at once, and a gang
+    not placed for backoffMaxSeconds is placed whatever was freed (what else an event
+    changes, through other nodes' pods, is covered that often)."""
+    h = Harness(
+        CoreConfig(backoff_initial_seconds=4.0, backoff_max_seconds=8.0),
+        gpu_node("n1", 4),
+        gpu_node("n2", 4),
+    )
+    small = [pod(f"s{i}", gpus=1, node_name="n1", phase=PodPhase.RUNNING) for i in range(4)]
+    h.add(*small, pod("t0", gpus=4, node_name="n2", phase=PodPhase.RUNNING))
+    h.gang("ml/g", 1)
+    h.add(*members("ml/g", 1, gpus=3))
+    h.run()
+    gang = h.s.gangs["ml/g"]
+    assert gang.attempts == 1
+    cycles = h.s.cycles
+    h.advance(1)
+    h.finish(small[0].uid)  # 1 GPU free on n1: not room for 3
+    assert binds(h.run()) == []
+    assert h.s.cycles == cycles and gang.attempts == 2
+    assert h.s.queue.state_of("ml/g") == "unschedulable"
+    h.advance(8)  # 9 s since it was placed
+    h.finish(small[1].uid)  # 2 free: still not room, but it is placed (and fails)
+    assert binds(h.run()) == []
+    assert h.s.cycles == cycles + 1 and gang.attempts == 3
+    h.advance(1)
+    h.finish(small[2].uid)  # now n1 has room
+    [bind] = binds(h.run())
+    assert bind.bindings[0].node == "n1" and h.s.cycles == cycles + 2
 
 
 def test_successful_gang_resets_attempts() -> None:

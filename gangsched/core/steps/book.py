@@ -25,6 +25,8 @@ class GangBook:
         # Gangs whose reservation or hold must end when they go (set by the steps that keep
         # one): called with the gang's key.
         self.on_gone: list[Callable[[str], None]] = []
+        # the cluster cache's ClusterCache.freed_seq (set by the scheduler)
+        self.freed_seq: Callable[[], int] = lambda: 0
 
     def spec_of(self, key: str) -> GangSpec | None:
         gang = self.gangs.get(key)
@@ -56,6 +58,7 @@ class GangBook:
         if wake is Wake.CLUSTER:
             gang.attempts += 1
             gang.last_failure = now
+            gang.freed_seen = self.freed_seq()
             until = now + self.backoff(gang)
         elif reason == "WaitingForMembers":
             # Members arriving one by one retry it at most this often (a gang of thousands is
