@@ -216,7 +216,10 @@ def node(i: int, gpus: int) -> JSON:
     }
 
 
-def podgroup(g: int, size: int) -> JSON:
+def podgroup(g: int, size: int, runtime: int = 0) -> JSON:
+    spec: JSON = {"minMember": size}
+    if runtime:
+        spec["expectedRuntimeSeconds"] = runtime
     return {
         "apiVersion": "gangsched.io/v1alpha1",
         "kind": "PodGroup",
@@ -228,7 +231,7 @@ def podgroup(g: int, size: int) -> JSON:
             "resourceVersion": "1",
             "creationTimestamp": "2026-01-01T00:00:00Z",
         },
-        "spec": {"minMember": size},
+        "spec": spec,
     }
 
 
@@ -261,7 +264,9 @@ def pod(g: int, i: int, rv: str, node_name: str = "", phase: str = "Pending") ->
 
 # ---- the harness ---------------------------------------------------------------------------
 class Harness:
-    def __init__(self, gpus_per_node: int, retry_period: float) -> None:
+    def __init__(
+        self, gpus_per_node: int, retry_period: float, forecast_seconds: float = 0.0
+    ) -> None:
         self.api = FakeApi()
         self.lease = FakeLease()
         self.binder = OkBinder()
@@ -270,7 +275,12 @@ class Harness:
         self.core = Scheduler(CoreConfig(), WallClock())
         self.reporter = Reporter(client, self.outbox, "bench")
         self.service = SchedulerService(
-            self.core, client, cast(Any, self.binder), self.reporter, status_resync_seconds=0
+            self.core,
+            client,
+            cast(Any, self.binder),
+            self.reporter,
+            status_resync_seconds=0,
+            forecast_seconds=forecast_seconds,
         )
         self.elector = LeaderElector(
             cast(Any, self.lease),
@@ -460,17 +470,122 @@ async def relist_bench(n: int, size: int, gpus: int, retry_period: float) -> JSO
     return out
 
 
+async def churn_bench(
+    gangs: int, size: int, gpus: int, retry_period: float, forecast: float, ends: int
+) -> JSON:
+    """Room for half the gangs, each declaring an hour's run: half bind, half wait (their
+    start forecast, with ``forecast`` > 0, every ``forecast`` seconds at most). Then ``ends``
+    times: the oldest running gang ends (its pods Succeeded), the bench waits until a
+    waiting gang is bound in its place, delivering its binding as the watch would, and
+    submits a new gang (so that as many wait throughout). Timed: those ``ends``
+    replacements, in wall and process CPU seconds."""
+    h = Harness(gpus, retry_period, forecast)
+    running_gangs = gangs // 2
+    h.api.lists["/api/v1/nodes"] = [node(i, gpus) for i in range(running_gangs * size // gpus)]
+    h.api.lists["/apis/gangsched.io/v1alpha1/podgroups"] = [
+        podgroup(g, size, 3600) for g in range(gangs)
+    ]
+    await h.start()
+    await h.push(
+        [
+            {"type": "ADDED", "object": pod(g, i, h.api.rv())}
+            for g in range(gangs)
+            for i in range(size)
+        ]
+    )
+    bound = h.binder.bound
+    deadline = time.monotonic() + 600
+    while len(bound) < running_gangs * size and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+    def gang_of(uid: str) -> int:
+        return int(uid[1:].partition("-")[0])
+
+    def deliver(g: int, phase: str, kind: str = "MODIFIED") -> list[JSON]:
+        return [
+            {"type": kind, "object": pod(g, i, h.api.rv(), bound.get(f"u{g}-{i}", ""), phase)}
+            for i in range(size)
+        ]
+
+    running = sorted({gang_of(u) for u in bound})
+    await h.push([e for g in running for e in deliver(g, "Running")])
+    while not h.outbox.idle:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)
+    work = {"rounds": 0, "seconds": 0.0}
+    round_of = h.service.forecast_round
+
+    async def counted() -> float:
+        took = await round_of()
+        work["rounds"] += took > 0
+        work["seconds"] += took
+        return took
+
+    h.service.forecast_round = counted  # type: ignore[method-assign]
+    groups = h.api.stream("/apis/gangsched.io/v1alpha1/podgroups")
+    next_id = gangs
+    t0, c0 = time.perf_counter(), time.process_time()
+    seen = set(running)
+    for _ in range(ends):
+        g = running.pop(0)
+        want = len(bound) + size
+        await h.push(deliver(g, "Succeeded"))
+        while len(bound) < want and time.monotonic() < deadline:
+            await asyncio.sleep(0.0005)
+        new = sorted({gang_of(u) for u in bound} - seen)
+        seen.update(new)
+        running.extend(new)
+        await h.push([e for n in new for e in deliver(n, "Running")])
+        # a new gang is submitted in its place: as many wait throughout
+        groups.put_nowait({"type": "ADDED", "object": podgroup(next_id, size, 3600)})
+        await h.push(
+            [{"type": "ADDED", "object": pod(next_id, i, h.api.rv())} for i in range(size)]
+        )
+        next_id += 1
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out: JSON = {
+        "scenario": "churn",
+        "forecast_seconds": forecast,
+        "gangs": gangs,
+        "waiting": next_id - len(seen),
+        "ends": ends,
+        "seconds": round(wall, 3),
+        "cpu_seconds": round(cpu, 3),
+        "ms_per_replacement": round(1000 * wall / ends, 2),
+        "forecast_rounds": work["rounds"],
+        "forecast_work_seconds": round(work["seconds"], 3),
+        "writes": dict(h.api.writes),
+    }
+    await h.stop()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenario", choices=["events", "relist"])
+    ap.add_argument("scenario", choices=["events", "relist", "churn"])
     ap.add_argument("--gangs", type=int, default=1000)
     ap.add_argument("--gang-size", type=int, default=8)
     ap.add_argument("--pods", type=int, default=50_000, help="relist: pods the API holds")
     ap.add_argument("--gpus-per-node", type=int, default=8)
     ap.add_argument("--retry-period", type=float, default=2.0)
+    ap.add_argument("--ends", type=int, default=200, help="churn: gangs ended, one at a time")
+    ap.add_argument(
+        "--forecast", type=float, default=5.0, help="churn: startForecastSeconds (0: off)"
+    )
     args = ap.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
-    if args.scenario == "events":
+    if args.scenario == "churn":
+        result = asyncio.run(
+            churn_bench(
+                args.gangs,
+                args.gang_size,
+                args.gpus_per_node,
+                args.retry_period,
+                args.forecast,
+                args.ends,
+            )
+        )
+    elif args.scenario == "events":
         result = asyncio.run(
             events_bench(args.gangs, args.gang_size, args.gpus_per_node, args.retry_period)
         )

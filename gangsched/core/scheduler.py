@@ -29,7 +29,7 @@ from gangsched.core.decisions import (
 )
 from gangsched.core.extended import ExtendedResources
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending
-from gangsched.core.gpu import MILLI
+from gangsched.core.gpu import MILLI, GpuDemand
 from gangsched.core.leaderfirst import Holds
 from gangsched.core.lifecycle import Lifecycle
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod
@@ -41,7 +41,7 @@ from gangsched.core.profile import build_finder
 from gangsched.core.queue import Wake
 from gangsched.core.resourceclaims import Claim as ResourceClaim
 from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass, DeviceId
-from gangsched.core.resources import GPU
+from gangsched.core.resources import GPU, ResourceList
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
 from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.gates import GroupGate, Intake, VolumeGate
@@ -51,7 +51,7 @@ from gangsched.core.steps.preempt import Preemption
 from gangsched.core.steps.replay import FailureReplay, FailureReport
 from gangsched.core.steps.reserve import Reservations
 from gangsched.core.steps.turn import Step, Turn
-from gangsched.core.tally import GroupTally, MemberState
+from gangsched.core.tally import GroupTally, MemberState, member_state
 from gangsched.core.volumes import (
     Claim,
     CSINode,
@@ -220,22 +220,25 @@ class Scheduler:
             return False
         if self.reservations.turn_come(gang):
             return True  # its attempt makes or remakes the reservation
-        h = holdings(gang, cache)
-        if not h.pending:
-            return True
-        asks = {(tuple((r, v) for r, v in p.requests.items() if v), p.gpu) for p in h.pending}
         nodes = cache.nodes
-        for name in freed:
-            info = nodes.get(name)
-            if info is None or info.node is None:
+        infos = [i for n in freed if (i := nodes.get(n)) is not None and i.node is not None]
+        pods, assumed = cache.pods, cache.assumed
+        asked: list[tuple[ResourceList, GpuDemand | None]] = []
+        for uid in gang.members:
+            pod = pods.get(uid)
+            if pod is None or member_state(pod, uid in assumed) is not MemberState.PENDING:
                 continue
-            left = info.left
-            for ask, gpu in asks:
-                if all(v <= left.get(r, 0) for r, v in ask) and (
+            requests, gpu = pod.requests, pod.gpu
+            if any(r == requests and g == gpu for r, g in asked):
+                continue  # (the members of a gang mostly ask alike)
+            asked.append((requests, gpu))
+            for info in infos:
+                left = info.left
+                if all(not v or v <= left.get(r, 0) for r, v in requests.items()) and (
                     gpu is None or cache.gpu_room(info, gpu)
                 ):
                     return True
-        return False
+        return not asked  # (no member waits: nothing to rule out)
 
     @property
     def preemptions(self) -> int:
@@ -600,6 +603,9 @@ class Scheduler:
             gang = self.gangs.get(key)
             if gang is not None and key in self.permit and self.permit_step.gate(gang):
                 out.append(self.permit_step.bind(gang, {}))
+                if key not in self.queue and holdings(gang, self.cache).pending:
+                    # members the preemption did not place (beyond its quorum): tried now
+                    self.queue.activate(key, self.book.sort_key(gang))
         out.extend(self.permit_step.expire(now, self.config.preemption_hold_seconds))
         self._rebuild_holds(now)
         for gang in self.holds.expired(now):

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
-from gangsched.core.model import GangMode, GangSpec, Node, Pod, PodPhase
+from gangsched.core.model import GangMode, GangSpec, GpuDevice, Node, Pod, PodPhase
 from gangsched.core.permit import PermitMap
 from gangsched.core.queue import SchedulingQueue, SortKey, Wake
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
@@ -77,6 +77,41 @@ def test_interleavings_keep_the_invariants(
     """Arrivals, specs, cycles, late/failed bind confirmations, completions, foreign pods,
     cordons, node deletions and clock jumps in any order: every invariant holds after every
     event, and at the end no pod is lost."""
+    run_world(nodes, jobs, script)
+
+
+def _node(name: str, memory_gi: int = 1, gpus: int = 0) -> Node:
+    allocatable = {CPU: 1000, MEMORY: memory_gi * 2**30, PODS: 4}
+    if gpus:
+        allocatable[GPU] = gpus
+    return Node(
+        name=name,
+        allocatable=allocatable,
+        gpus=tuple(GpuDevice(index=i, model="", memory=0) for i in range(gpus)),
+    )
+
+
+def test_members_a_preemption_left_unplaced_stay_queued() -> None:
+    """Found by the properties: a gang of six (minMember 5) preempts for the five members
+    that fit and binds them once the victims are gone; the sixth, which did not fit, was in
+    no queue (a lost pod). It is tried again at once."""
+    small = ((CPU, 100), (MEMORY, 2**27), (PODS, 1))
+    two, four = (*small[:2], (GPU, 2), small[2]), (*small[:2], (GPU, 4), small[2])
+    nodes = [_node("n0"), _node("n1"), _node("n2", 2, 5), _node("n3"), _node("n4", 1, 4)]
+    jobs = [
+        JobDef(
+            key="team/g0",
+            gang=True,
+            min_member=5,
+            mode=GangMode.STRICT,
+            priority=1,
+            arrival=0.0,
+            duration=1.0,
+            pod_requests=(small, small, small, two, four, four),
+            timeout=None,
+        )
+    ]
+    script = [("arrive", 0, 1)] * 11 + [("spec", 0)] * 3 + [("foreign", 2, 2, True)]
     run_world(nodes, jobs, script)
 
 
@@ -206,13 +241,15 @@ class _Entry:
     # it failed), True (capacity freed later: it may jump its backoff if it outranks the head)
     jump: bool | None = None
     failed: float = 0.0  # when it went to backoff or was parked on cluster events
+    errored: bool = False  # backing off after an error (a failed binding)
 
 
 class QueueModel:
     """A reference model of SchedulingQueue: one entry per gang, no heaps. A parked gang is
     due for the flush at ``since + flush_after``, the time ``next_wakeup`` announces. A gang
     backing off or parked on cluster events that saw a cluster wake at a later time than its
-    failure is popped before the active head when its (part-bound, priority) outranks the head's."""
+    failure is popped before the active head when its (part-bound, priority) outranks the head's;
+    with nothing active, the first such gang backing off (not after an error) is popped."""
 
     def __init__(self, clock: FakeClock, flush_after: float) -> None:
         self.clock = clock
@@ -226,7 +263,9 @@ class QueueModel:
         if until <= now:
             self.entries[g] = _Entry("active")
         else:
-            self.entries[g] = _Entry("backoff", until, jump=e.jump, failed=e.failed)
+            self.entries[g] = _Entry(
+                "backoff", until, jump=e.jump, failed=e.failed, errored=e.errored
+            )
 
     def activate(self, g: str, k: SortKey) -> None:
         self.keys[g] = k
@@ -241,7 +280,9 @@ class QueueModel:
 
     def backoff(self, g: str, k: SortKey, until: float) -> None:
         self.keys[g] = k
-        self.entries[g] = _Entry("backoff", until, jump=False, failed=self.clock.now())
+        self.entries[g] = _Entry(
+            "backoff", until, jump=False, failed=self.clock.now(), errored=True
+        )
 
     def remove(self, g: str) -> None:
         self.entries.pop(g, None)
@@ -277,7 +318,18 @@ class QueueModel:
     def pop(self) -> str | None:
         order = self.active_order()
         if not order:
-            return None
+            idle = sorted(
+                (
+                    g
+                    for g, e in self.entries.items()
+                    if e.jump is True and e.state == "backoff" and not e.errored
+                ),
+                key=self.keys.__getitem__,
+            )
+            if not idle:
+                return None
+            del self.entries[idle[0]]
+            return idle[0]
         jumpers = sorted(
             (g for g, e in self.entries.items() if e.jump is True), key=self.keys.__getitem__
         )
