@@ -480,6 +480,17 @@ async def churn_bench(
     submits a new gang (so that as many wait throughout). Timed: those ``ends``
     replacements, in wall and process CPU seconds."""
     h = Harness(gpus, retry_period, forecast)
+    # the forecast rounds' work (a round is counted when it ends)
+    work = {"rounds": 0.0, "seconds": 0.0}
+    round_of = h.service.forecast_round
+
+    async def counted() -> float:
+        took = await round_of()
+        work["rounds"] += took > 0
+        work["seconds"] += took
+        return took
+
+    h.service.forecast_round = counted  # type: ignore[method-assign]
     running_gangs = gangs // 2
     h.api.lists["/api/v1/nodes"] = [node(i, gpus) for i in range(running_gangs * size // gpus)]
     h.api.lists["/apis/gangsched.io/v1alpha1/podgroups"] = [
@@ -512,16 +523,7 @@ async def churn_bench(
     while not h.outbox.idle:
         await asyncio.sleep(0.05)
     await asyncio.sleep(1.0)
-    work = {"rounds": 0, "seconds": 0.0}
-    round_of = h.service.forecast_round
-
-    async def counted() -> float:
-        took = await round_of()
-        work["rounds"] += took > 0
-        work["seconds"] += took
-        return took
-
-    h.service.forecast_round = counted  # type: ignore[method-assign]
+    at_start = dict(work)
     groups = h.api.stream("/apis/gangsched.io/v1alpha1/podgroups")
     next_id = gangs
     t0, c0 = time.perf_counter(), time.process_time()
@@ -552,8 +554,8 @@ async def churn_bench(
         "seconds": round(wall, 3),
         "cpu_seconds": round(cpu, 3),
         "ms_per_replacement": round(1000 * wall / ends, 2),
-        "forecast_rounds": work["rounds"],
-        "forecast_work_seconds": round(work["seconds"], 3),
+        "forecast_rounds": int(work["rounds"] - at_start["rounds"]),
+        "forecast_work_seconds": round(work["seconds"] - at_start["seconds"], 3),
         "writes": dict(h.api.writes),
     }
     await h.stop()
