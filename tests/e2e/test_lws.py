@@ -156,9 +156,11 @@ def test_a_group_that_does_not_fit_waits_whole(
     wait_for("one group to bind", lambda: len(bound(cp, ns)) == 4, timeout=STEP_TIMEOUT)
     placed = bound(cp, ns)
     waiting = sorted(set(made) - set(placed))
+    # (a pod of the second group may first say PodGroupNotFound, truly: LWS's webhook names
+    # the group before its controller creates the PodGroup; what it waits for then is GPUs)
     messages = wait_for(
-        "the other group's pods to say why they wait",
-        lambda: refused(cp, ns, waiting),
+        "the other group's pods to say they wait for GPUs",
+        lambda: refused(cp, ns, waiting, says="nvidia.com/gpu"),
         timeout=STEP_TIMEOUT,
     )
     assert len({group_of(made[n]) for n in waiting}) == 1
