@@ -150,7 +150,6 @@ class ClusterCache:
         self.freed_seq = 0
         self._freed_at: dict[str, int] = {}  # node -> seq of its last freeing
         self._freed_log: list[tuple[int, str]] = []
-        self._lifting = False
         # Called with a pod's uid after ``assume`` or ``forget`` changed whether it is
         # assumed (the scheduler keeps its gangs' counts with it). ``upsert_pod`` and
         # ``remove_pod`` drop an assumption without it: their caller has the pod's event.
@@ -298,11 +297,7 @@ class ClusterCache:
         """What-if: stop counting a pod where it runs, as if it were gone (preemption and
         reservations ask where a gang would fit without some pods). ``restore`` undoes it;
         the caller restores every pod it lifted before the cycle ends."""
-        self._lifting = True
-        try:
-            self._count(uid, "", {})
-        finally:
-            self._lifting = False
+        self._count(uid, "", {}, freed=False)
         pod = self.pods.get(uid)
         if pod is not None and pod.resource_claims:
             self.resource_claims.lift(uid, pod.resource_claims)
@@ -331,16 +326,6 @@ class ClusterCache:
         log.append((self.freed_seq, node))
         if len(log) > 64 and len(log) > 4 * len(self._freed_at):
             self._freed_log = sorted((q, n) for n, q in self._freed_at.items())
-
-    def gpu_room(self, info: NodeInfo, demand: GpuDemand) -> bool:
-        """Whether the node's devices have room for ``demand`` by the indexes (whole free
-        devices, the largest free share); True for a node without a device model (its free
-        ``nvidia.com/gpu`` says)."""
-        if info.gpus is None:
-            return True
-        if demand.milli >= MILLI:
-            return self._bucket_of.get(info.name, 0) >= demand.count
-        return self._share_of.get(info.name, 0) >= demand.milli
 
     def _node_labels(self, name: str) -> Mapping[str, str]:
         info = self.nodes.get(name)
@@ -438,7 +423,9 @@ class ClusterCache:
         return self._share_of.get(name, 0)
 
     # ---- internals ---------------------------------------------------------------------
-    def _count(self, uid: str, target: str, requests: ResourceList) -> None:
+    def _count(self, uid: str, target: str, requests: ResourceList, freed: bool = True) -> None:
+        """Count the pod's ``requests`` on ``target`` ('' : nowhere). ``freed``: a node it
+        leaves is logged as freed (``freed_since``; not for a what-if's lift)."""
         current = self._counted_on.get(uid, "")
         if current == target and (not target or self._counted_req.get(uid) == requests):
             return
@@ -454,7 +441,7 @@ class ClusterCache:
                 info.gpus.give(counted[0], counted[1])
             info.pods.discard(uid)
             del self._counted_on[uid]
-            if target != current and not self._lifting:
+            if freed and target != current:
                 self._freed(current)
             group = self._counted_gang.pop(uid, "")
             if group:

@@ -57,7 +57,7 @@ class Gang:
     # The room held for members to come (a leader-first gang, core/leaderfirst.py).
     hold: Hold | None = None
     # ClusterCache.freed_seq when it last failed on the cluster: the nodes freed since could
-    # help it (SchedulingQueue.idle_check)
+    # help it (Scheduler.freed_could_help)
     freed_seen: int = 0
     tried_at: float | None = None  # when it was last placed (a gang cycle past the gates)
 

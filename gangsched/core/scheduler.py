@@ -28,6 +28,7 @@ from gangsched.core.decisions import (
     pod_ref,
 )
 from gangsched.core.extended import ExtendedResources
+from gangsched.core.framework import SUCCESS
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending
 from gangsched.core.gpu import MILLI, GpuDemand
 from gangsched.core.leaderfirst import Holds
@@ -35,6 +36,8 @@ from gangsched.core.lifecycle import Lifecycle
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
+from gangsched.core.plugins.gpu_devices import GPUDevices
+from gangsched.core.plugins.noderesources_fit import NodeResourcesFit
 from gangsched.core.plugins.task_topology import bucket_order
 from gangsched.core.preemption import Preemptor
 from gangsched.core.profile import build_finder
@@ -98,6 +101,12 @@ class Gauges:
     waiting_at_permit: int  # gangs holding reservations at Permit
     allocatable: Mapping[str, int]  # summed over Ready nodes
     requested: Mapping[str, int]  # summed over Ready nodes (bound and assumed pods)
+
+
+# The filters a gang taken from its backoff is checked with before a placement
+# (Scheduler.freed_could_help): the same arithmetic as placement's.
+_FIT = NodeResourcesFit()
+_DEVICES = GPUDevices()
 
 
 class Scheduler:
@@ -205,8 +214,8 @@ class Scheduler:
         self.lifecycle = Lifecycle(self.cache, clock, lambda uid: uid in self.awaited_by)
 
     def freed_could_help(self, gang: Gang, now: float) -> bool:
-        """Whether a node freed since the gang last failed has room, by NodeResourcesFit's
-        arithmetic and the free devices, for one of its pending members; or its attempt
+        """Whether a node freed since the gang last failed has room, by the NodeResourcesFit
+        and GPUDevices filters, for one of its pending members; or its attempt
         would make its reservation; or it has not been placed for ``backoffMaxSeconds``. A
         gang the queue takes ahead of its backoff, with nothing else to do, is placed only
         then: otherwise it fails at once, as its placement would on what was freed (what
@@ -228,15 +237,11 @@ class Scheduler:
             pod = pods.get(uid)
             if pod is None or member_state(pod, uid in assumed) is not MemberState.PENDING:
                 continue
-            requests, gpu = pod.requests, pod.gpu
-            if any(r == requests and g == gpu for r, g in asked):
+            if any(r == pod.requests and g == pod.gpu for r, g in asked):
                 continue  # (the members of a gang mostly ask alike)
-            asked.append((requests, gpu))
+            asked.append((pod.requests, pod.gpu))
             for info in infos:
-                left = info.left
-                if all(not v or v <= left.get(r, 0) for r, v in requests.items()) and (
-                    gpu is None or cache.gpu_room(info, gpu)
-                ):
+                if _FIT.filter(pod, info) is SUCCESS and _DEVICES.filter(pod, info) is SUCCESS:
                     return True
         return not asked  # (no member waits: nothing to rule out)
 
