@@ -360,4 +360,8 @@ def test_preemption_policy_never_is_honoured(
     wait_for(
         "the control gang bound", lambda: len(members(bound(cp, ns), "control")) == 2, timeout=60
     )
-    assert set(preempted_notes(cp, ns)) == {f"low-{i}" for i in range(4)}
+    # (events are written after the bindings: awaited, as in the tests above)
+    notes = wait_for(
+        "a Preempted event on every victim", lambda: gathered(lambda: preempted_notes(cp, ns), 4)
+    )
+    assert set(notes) == {f"low-{i}" for i in range(4)}
