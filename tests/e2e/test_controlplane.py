@@ -6,11 +6,13 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from gangsched_dev.devcluster import ControlPlane, KubectlError
+from gangsched_dev.devcluster.controlplane import BINARIES, STAGES_FILE
 
 pytestmark = pytest.mark.e2e
 
@@ -125,6 +127,46 @@ def test_state_survives_an_apiserver_restart(devcluster: ControlPlane) -> None:
     # A crash (SIGKILL) loses nothing either: etcd holds the state.
     cp.restart_apiserver(kill=True)
     assert cp.kubectl_json("get", "node", later)["metadata"]["name"] == later
+
+
+def test_a_killed_kwok_is_started_again(devcluster: ControlPlane) -> None:
+    cp = devcluster
+    cp.crash("kwok")
+    node_name = f"after-kill-{uuid.uuid4().hex[:6]}"
+    cp.add_fake_node(node_name, cpu="4", memory="16Gi", gpus=1)
+    wait_for(
+        lambda: condition(cp.kubectl_json("get", "node", node_name), "Ready") == "True",
+        f"a new kwok to mark node {node_name} Ready",
+    )
+    assert cp.is_running("kwok")
+
+
+def test_kwok_dying_of_its_map_race_on_start_is_started_again(
+    devcluster: ControlPlane, tmp_path: Path
+) -> None:
+    """kwok v0.8.0 now and then dies of "concurrent map writes" as it starts: the harness starts
+    it again rather than failing the test (here a kwok whose first run dies that way)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in (*BINARIES, STAGES_FILE):
+        if name != "kwok":
+            (bin_dir / name).symlink_to(devcluster.bin_dir / name)
+    died = tmp_path / "died"
+    (bin_dir / "kwok").write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e "{died}" ]; then touch "{died}"; '
+        'echo "fatal error: concurrent map writes"; exit 2; fi\n'
+        f'exec "{devcluster.bin_dir / "kwok"}" "$@"\n'
+    )
+    (bin_dir / "kwok").chmod(0o755)
+    with ControlPlane(bin_dir=bin_dir) as cp:
+        cp.start_kwok()
+        assert died.exists()
+        cp.add_fake_node("after-race", cpu="4", memory="16Gi", gpus=0)
+        wait_for(
+            lambda: condition(cp.kubectl_json("get", "node", "after-race"), "Ready") == "True",
+            "the second kwok to mark the node Ready",
+        )
 
 
 def test_stop_is_idempotent_and_cleans_up(devcluster: ControlPlane) -> None:
