@@ -155,9 +155,12 @@ class FakeLease:
 class OkBinder:
     def __init__(self) -> None:
         self.bound: dict[str, str] = {}
+        self.order: list[str] = []  # the pods' uids in the order they were bound
 
     async def bind_gang(self, d: BindGang) -> list[BindResult]:
         for b in d.bindings:
+            if b.pod.uid not in self.bound:
+                self.order.append(b.pod.uid)
             self.bound[b.pod.uid] = b.node
         return [BindResult(b, True) for b in d.bindings]
 
@@ -528,13 +531,17 @@ async def churn_bench(
     next_id = gangs
     t0, c0 = time.perf_counter(), time.process_time()
     seen = set(running)
+    looked = len(h.binder.order)
     for _ in range(ends):
         g = running.pop(0)
         want = len(bound) + size
         await h.push(deliver(g, "Succeeded"))
         while len(bound) < want and time.monotonic() < deadline:
             await asyncio.sleep(0.0005)
-        new = sorted({gang_of(u) for u in bound} - seen)
+        # the gangs bound since (only those: the bench's own work stays the same per end)
+        fresh = {gang_of(u) for u in h.binder.order[looked:]}
+        looked = len(h.binder.order)
+        new = sorted(fresh - seen)
         seen.update(new)
         running.extend(new)
         await h.push([e for n in new for e in deliver(n, "Running")])

@@ -480,6 +480,15 @@ class GangCycle:
                 )
         return ""
 
+    def short_of_capacity(self, gang: Gang, h: Holdings) -> bool:
+        """Whether the gang's attempt would fail in the prefilter now: a strict gang whose
+        missing members cannot fit in the cluster's free totals, wherever the room is."""
+        spec = gang.spec
+        if spec is None or spec.invalid_reason or spec.mode is not GangMode.STRICT:
+            return False
+        need, _ = shortfall(spec, h.held, h.held_by_role, gang.satisfied_once)
+        return need > 0 and bool(h.pending) and bool(self._prefilter(gang, h, need))
+
     def _prefilter(self, gang: Gang, h: Holdings, need: int) -> str:
         """Could the ``need`` members still missing (and minResources) fit in the cluster's
         free totals? Returns the shortage, or '' when they might."""

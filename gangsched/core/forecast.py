@@ -235,7 +235,7 @@ class _Twin:
             twin.gang_upsert(spec)
         yield
         for i, pod in enumerate(snap.pods, 1):
-            twin.pod_upsert(replace(pod))  # a copy: the live core's object stays its own
+            twin.pod_upsert(pod.copy())  # the live core's object stays its own
             if i % chunk == 0:
                 yield
         for key, start in snap.starts:
@@ -474,7 +474,9 @@ class _Twin:
         self.freed.setdefault(pod.node_name, []).append(
             (self.clock.now(), unit, end.why if end is not None else "")
         )
-        self.core.pod_upsert(replace(pod, phase=PodPhase.SUCCEEDED))
+        done = pod.copy()
+        done.phase = PodPhase.SUCCEEDED
+        self.core.pod_upsert(done)
         return pod.requests
 
 

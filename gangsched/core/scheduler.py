@@ -215,7 +215,8 @@ class Scheduler:
 
     def freed_could_help(self, gang: Gang, now: float) -> bool:
         """Whether a node freed since the gang last failed has room, by the NodeResourcesFit
-        and GPUDevices filters, for one of its pending members; or its attempt
+        and GPUDevices filters, for one of its pending members, and the cluster's free
+        totals for the members it needs (a strict gang's prefilter); or its attempt
         would make its reservation; or it has not been placed for ``backoffMaxSeconds``. A
         gang the queue takes ahead of its backoff, with nothing else to do, is placed only
         then: otherwise it fails at once, as its placement would on what was freed (what
@@ -240,9 +241,14 @@ class Scheduler:
             if any(r == pod.requests and g == pod.gpu for r, g in asked):
                 continue  # (the members of a gang mostly ask alike)
             asked.append((pod.requests, pod.gpu))
-            for info in infos:
-                if _FIT.filter(pod, info) is SUCCESS and _DEVICES.filter(pod, info) is SUCCESS:
-                    return True
+            if any(
+                _FIT.filter(pod, info) is SUCCESS and _DEVICES.filter(pod, info) is SUCCESS
+                for info in infos
+            ):
+                # room for a member, but not yet for all it needs (a gang's pods end one by
+                # one): its attempt would fail in the prefilter, its message changed only in
+                # the free amount it names (rewritten on every member's pod at each end)
+                return not self.cycle.short_of_capacity(gang, holdings(gang, cache))
         return not asked  # (no member waits: nothing to rule out)
 
     @property

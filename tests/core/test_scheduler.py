@@ -398,7 +398,11 @@ def test_event_during_backoff_retries_at_expiry_when_other_work_took_the_room() 
     h.s.node_upsert(gpu_node("n2", 1))  # the room it takes
     out = binds(h.run())
     assert [b.gang for b in out] == ["pod:uid-solo"]
-    assert h.s.cycles == 3
+    # failing again without a placement: n2 has room for a member, but the cluster has
+    # 1 GPU free for the 2 it needs (the prefilter's answer)
+    gang = h.s.gangs["ml/g"]
+    assert h.s.cycles == 2 and gang.attempts == 2
+    assert h.s.queue.state_of("ml/g") == "unschedulable"
 
 
 def test_a_gang_that_nothing_freed_could_help_fails_again_without_a_placement() -> None:
@@ -433,6 +437,31 @@ def test_a_gang_that_nothing_freed_could_help_fails_again_without_a_placement() 
     h.finish(small[2].uid)  # now n1 has room
     [bind] = binds(h.run())
     assert bind.bindings[0].node == "n1" and h.s.cycles == cycles + 2
+
+
+def test_a_gang_whose_room_frees_pod_by_pod_is_placed_once_it_all_is() -> None:
+    """A running gang's pods end one at a time: a waiting gang of as many one-GPU pods is
+    taken each time, but while the cluster's free total is short of what it needs it fails
+    as its prefilter would, without a placement and without a new answer (its message and
+    every member's condition stay as written); placed once the last pod ends."""
+    h = Harness(CoreConfig(backoff_initial_seconds=4.0), gpu_node("n1", 4))
+    running = [pod(f"r{i}", gpus=1, node_name="n1", phase=PodPhase.RUNNING) for i in range(4)]
+    h.add(*running)
+    h.gang("ml/g", 4)
+    h.add(*members("ml/g", 4))
+    h.run()
+    gang = h.s.gangs["ml/g"]
+    message, cycles = gang.message, h.s.cycles
+    assert "0 free" in message
+    for r in running[:3]:
+        h.advance(0.1)
+        h.finish(r.uid)
+        assert h.run() == []
+        assert h.s.cycles == cycles and gang.message == message
+    h.advance(0.1)
+    h.finish(running[3].uid)
+    [bind] = binds(h.run())
+    assert bind.gang == "ml/g" and len(bind.bindings) == 4
 
 
 def test_successful_gang_resets_attempts() -> None:
