@@ -92,6 +92,17 @@ class ServiceStats:
     decisions_by_kind: dict[str, int] = field(default_factory=dict)
 
 
+def moved(was: Estimate, fresh: Estimate, now: float) -> bool:
+    """Whether a gang's new start forecast is news against the one published: it became
+    known or unknown; an unknown one names another blocker; a known one moved by more than
+    FORECAST_SHARE of the wait the published one announced (at least FORECAST_MOVE s), or
+    the published time has passed. Otherwise the published forecast stands, its basis too."""
+    if was.at is None or fresh.at is None:
+        return (was.at is None) != (fresh.at is None) or was.basis != fresh.basis
+    wait = max(was.at - now, 0.0)
+    return was.at <= now or abs(fresh.at - was.at) > max(FORECAST_MOVE, FORECAST_SHARE * wait)
+
+
 def _key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -105,6 +116,11 @@ FORECAST_BUDGET = 5.0
 FORECAST_GANGS = 200
 # a round of forecasts waits for the scheduler to be quiet, at most this long
 FORECAST_DEFER = 30.0
+# a known start forecast is written again (on the PodGroup and on each waiting member) only
+# when it moved by more than this share of the wait it announced, and at least FORECAST_MOVE
+# seconds: an estimate hours away that a round moves by seconds is not news
+FORECAST_SHARE = 0.05
+FORECAST_MOVE = 60.0
 QUIET_POLL = 0.05  # how often until_quiet looks
 # how long after the caches synced watches wait at most for the first pass (first_pass)
 WATCH_DEFER = 2.0
@@ -723,13 +739,18 @@ class SchedulerService:
                 mark = time.perf_counter()
         work = worked()
         fresh = round_.result
-        old, self.forecasts = self.forecasts, fresh
+        now = core.clock.now()
+        old = self.forecasts
+        self.forecasts = {
+            key: e if (was := old.get(key)) is None or moved(was, e, now) else was
+            for key, e in fresh.items()
+        }
         self.metrics.forecast_seconds.set(work)
         known = sum(1 for e in fresh.values() if e.known)
         self.metrics.forecasts.labels("known").set(known)
         self.metrics.forecasts.labels("unknown").set(len(fresh) - known)
         for key in old.keys() | fresh.keys():
-            if old.get(key) != fresh.get(key):
+            if old.get(key) != self.forecasts.get(key):
                 self.reporter.forecast(key, self._expected(key))
                 self._report_group(key)
         return work

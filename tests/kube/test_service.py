@@ -325,6 +325,43 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     assert "expectedStartBasis" not in rig.status("next")
 
 
+async def test_a_forecast_that_moved_by_little_is_not_written_again(rig: Rig) -> None:
+    """ml/first declares 1h, then 1h0m30s: ml/next's estimate moved by 30 s of an hour's
+    wait, and its status and pod stay as written; at 2h it is written anew."""
+    kube = rig.kube
+    kube.seed(NODES, node("n0", gpus=8))
+    first = podgroup("first", 1)
+    first["spec"]["expectedRuntimeSeconds"] = 3600
+    kube.seed(PODGROUPS, first, podgroup("next", 1))
+    kube.seed(PODS, *members("first", 1, gpus=8))
+    rig.start()
+    await until("first bound", lambda: rig.bindings() == ["first-0"])
+    await until("first running", lambda: rig.core.view("ml/first").bound == 1)  # type: ignore[union-attr]
+    kube.seed(PODS, *members("next", 1, gpus=8))
+    await until("next refused", lambda: rig.status("next").get("phase") == "Scheduling")
+    await rig.service.forecast_round()
+    expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + 3600))
+    await until("the forecast written", lambda: rig.status("next").get("expectedStart") == expected)
+
+    for runtime, written in ((3630, expected), (7200, None)):
+        first["spec"]["expectedRuntimeSeconds"] = runtime
+        kube.seed(PODGROUPS, first)
+        await until(
+            f"first's runtime {runtime}",
+            lambda r=runtime: rig.core.gangs["ml/first"].spec.expected_runtime_seconds == r,  # type: ignore[misc,union-attr]
+        )
+        await rig.service.forecast_round()
+        fresh = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + runtime))
+        if written is None:
+            await until(
+                "the new forecast", lambda f=fresh: rig.status("next")["expectedStart"] == f
+            )  # type: ignore[misc]
+        else:
+            await asyncio.sleep(0.2)  # what a write would have taken
+            assert rig.status("next")["expectedStart"] == written
+            assert expected in (rig.condition("next-0") or {}).get("message", "")
+
+
 async def test_the_pods_of_a_gang_of_another_convention_say_when_it_is_expected_to_start(
     rig: Rig,
 ) -> None:
