@@ -278,10 +278,9 @@ async def test_a_gang_waits_for_its_members_then_binds_whole(rig: Rig) -> None:
 # ---- start forecasts -------------------------------------------------------------------
 
 
-async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> None:
-    """ml/first runs (declared 1h); ml/next, which needs its node, is expected when it ends:
-    in expectedStart, expectedStartBasis and the Scheduled condition's message. Once it is
-    bound, the forecast is gone from its status."""
+async def _next_waits_for_first(rig: Rig) -> dict[str, Any]:
+    """ml/first runs on the one node (declared 1h); ml/next, which needs the node, waits.
+    Returns first's PodGroup."""
     kube = rig.kube
     kube.seed(NODES, node("n0", gpus=8))
     first = podgroup("first", 1)
@@ -293,6 +292,15 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     await until("first running", lambda: rig.core.view("ml/first").bound == 1)  # type: ignore[union-attr]
     kube.seed(PODS, *members("next", 1, gpus=8))
     await until("next refused", lambda: rig.status("next").get("phase") == "Scheduling")
+    return first
+
+
+async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> None:
+    """ml/first runs (declared 1h); ml/next, which needs its node, is expected when it ends:
+    in expectedStart, expectedStartBasis and the Scheduled condition's message. Once it is
+    bound, the forecast is gone from its status."""
+    kube = rig.kube
+    await _next_waits_for_first(rig)
     await rig.service.forecast_round()
     expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + 3600))
     await until("the forecast written", lambda: "expectedStart" in rig.status("next"))
@@ -329,16 +337,7 @@ async def test_a_forecast_that_moved_by_little_is_not_written_again(rig: Rig) ->
     """ml/first declares 1h, then 1h0m30s: ml/next's estimate moved by 30 s of an hour's
     wait, and its status and pod stay as written; at 2h it is written anew."""
     kube = rig.kube
-    kube.seed(NODES, node("n0", gpus=8))
-    first = podgroup("first", 1)
-    first["spec"]["expectedRuntimeSeconds"] = 3600
-    kube.seed(PODGROUPS, first, podgroup("next", 1))
-    kube.seed(PODS, *members("first", 1, gpus=8))
-    rig.start()
-    await until("first bound", lambda: rig.bindings() == ["first-0"])
-    await until("first running", lambda: rig.core.view("ml/first").bound == 1)  # type: ignore[union-attr]
-    kube.seed(PODS, *members("next", 1, gpus=8))
-    await until("next refused", lambda: rig.status("next").get("phase") == "Scheduling")
+    first = await _next_waits_for_first(rig)
     await rig.service.forecast_round()
     expected = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(1_000.0 + 3600))
     await until("the forecast written", lambda: rig.status("next").get("expectedStart") == expected)
