@@ -379,8 +379,10 @@ def test_an_admitted_gang_that_cannot_be_placed_says_why_and_is_requeued_by_kueu
     made = wait_for(
         "the Job's 2 pods", lambda: len(pods(cp, ns)) == 2 and pods(cp, ns), STEP_TIMEOUT
     )
+    # (a member alone for a moment says WaitingForMembers first: the reason naming the
+    # GPUs is written after it)
     messages = wait_for(
-        "gangsched's reason on the pods", lambda: refused(cp, ns, made), STEP_TIMEOUT
+        "gangsched's reason on the pods", lambda: refused(cp, ns, made, says=GPU), STEP_TIMEOUT
     )
     assert all(GPU in m for m in messages.values()), messages
 
