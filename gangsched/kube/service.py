@@ -92,17 +92,6 @@ class ServiceStats:
     decisions_by_kind: dict[str, int] = field(default_factory=dict)
 
 
-def moved(was: Estimate, fresh: Estimate, now: float) -> bool:
-    """Whether a gang's new start forecast is news against the one published: it became
-    known or unknown; an unknown one names another blocker; a known one moved by more than
-    FORECAST_SHARE of the wait the published one announced (at least FORECAST_MOVE s), or
-    the published time has passed. Otherwise the published forecast stands, its basis too."""
-    if was.at is None or fresh.at is None:
-        return (was.at is None) != (fresh.at is None) or was.basis != fresh.basis
-    wait = max(was.at - now, 0.0)
-    return was.at <= now or abs(fresh.at - was.at) > max(FORECAST_MOVE, FORECAST_SHARE * wait)
-
-
 def _key(obj: JSON) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -124,6 +113,17 @@ FORECAST_MOVE = 60.0
 QUIET_POLL = 0.05  # how often until_quiet looks
 # how long after the caches synced watches wait at most for the first pass (first_pass)
 WATCH_DEFER = 2.0
+
+
+def moved(was: Estimate, fresh: Estimate, now: float) -> bool:
+    """Whether a gang's new start forecast is news against the one published: it became
+    known or unknown; an unknown one names another blocker; a known one moved by more than
+    FORECAST_SHARE of the wait the published one announced (at least FORECAST_MOVE s), or
+    the published time has passed. Otherwise the published forecast stands, its basis too."""
+    if was.at is None or fresh.at is None:
+        return (was.at is None) != (fresh.at is None) or was.basis != fresh.basis
+    wait = max(was.at - now, 0.0)
+    return was.at <= now or abs(fresh.at - was.at) > max(FORECAST_MOVE, FORECAST_SHARE * wait)
 
 
 class SchedulerService:
@@ -738,7 +738,6 @@ class SchedulerService:
                 await asyncio.sleep(0)
                 mark = time.perf_counter()
         work = worked()
-        mark = time.perf_counter()
         fresh = round_.result
         now = core.clock.now()
         old = self.forecasts
