@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from gangsched.core.cache import ClusterCache
+from gangsched.core.cache import ClusterCache, NodeInfo
 from gangsched.core.clock import Clock
 from gangsched.core.config import CoreConfig
 from gangsched.core.cycle import (
@@ -216,12 +216,15 @@ class Scheduler:
     def freed_could_help(self, gang: Gang, now: float) -> bool:
         """Whether a node freed since the gang last failed has room, by the NodeResourcesFit
         and GPUDevices filters, for one of its pending members, and the cluster's free
-        totals for the members it needs (a strict gang's prefilter); or its attempt
-        would make its reservation; or it has not been placed for ``backoffMaxSeconds``. A
-        gang the queue takes ahead of its backoff, with nothing else to do, is placed only
-        then: otherwise it fails at once, as its placement would on what was freed (what
-        else a cluster event can change for it, through other nodes' pods, is covered by a
-        placement at least every ``backoffMaxSeconds``, as often as its backoff allows)."""
+        totals for the members it needs (a strict gang's prefilter); or, for a gang that
+        would look for victims, room for a member once the node's pods of lower priority
+        are gone (a preemption that was not possible before places a member on a node that
+        gained room); or its attempt would make its reservation; or it has not been placed
+        for ``backoffMaxSeconds``. A gang the queue takes ahead of its backoff, with nothing
+        else to do, is placed only then: otherwise it fails at once, as its placement (and
+        its preemption) would on what was freed (what else a cluster event can change for
+        it, through other nodes' pods, is covered by a placement at least every
+        ``backoffMaxSeconds``, as often as its backoff allows)."""
         if gang.tried_at is None or now - gang.tried_at >= self.config.backoff_max_seconds:
             return True
         cache = self.cache
@@ -248,8 +251,44 @@ class Scheduler:
                 # room for a member, but not yet for all it needs (a gang's pods end one by
                 # one): its attempt would fail in the prefilter, its message changed only in
                 # the free amount it names (rewritten on every member's pod at each end)
-                return not self.cycle.short_of_capacity(gang, holdings(gang, cache))
-        return not asked  # (no member waits: nothing to rule out)
+                if not self.cycle.short_of_capacity(gang, holdings(gang, cache)):
+                    return True
+                break
+        else:
+            if not asked:
+                return True  # (no member waits: nothing to rule out)
+        return self._victims_could_help(gang, infos)
+
+    def _victims_could_help(self, gang: Gang, freed: list[NodeInfo]) -> bool:
+        """Whether the gang would look for victims, and a freed node has room for one of its
+        pending members once the node's pods of lower priority are gone."""
+        cache = self.cache
+        top = gang.tally.max_priority()  # no member preempts with more
+        if not self.config.preemption or not any(p < top for p in cache.counted_priorities):
+            return False
+        pending = holdings(gang, cache).pending
+        priority = self.preemption.priority_for(gang, pending)
+        if priority is None:
+            return False
+        pods = cache.pods
+        for info in freed:
+            lower = [
+                uid
+                for uid in info.pods
+                if (p := pods.get(uid)) is not None and p.node_name and p.priority < priority
+            ]
+            for uid in lower:
+                cache.lift(uid)
+            try:
+                if any(
+                    _FIT.filter(pod, info) is SUCCESS and _DEVICES.filter(pod, info) is SUCCESS
+                    for pod in pending
+                ):
+                    return True
+            finally:
+                for uid in lower:
+                    cache.restore(uid)
+        return False
 
     @property
     def preemptions(self) -> int:

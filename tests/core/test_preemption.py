@@ -369,3 +369,46 @@ def test_a_gang_with_one_member_kueue_admitted_is_not_a_victim_in_part() -> None
     assert node_load(h) == {"n0": 8, "n1": 8}
     high_gang(h)
     assert not preempts(h.run())
+
+
+def test_a_gang_woken_ahead_of_its_backoff_preempts_when_the_freed_room_and_victims_let_it() -> (
+    None
+):
+    """The room freed on a node is not enough for a member, but with the node's pods of lower
+    priority evicted it is: a waiting gang that may preempt, woken ahead of its backoff with
+    nothing else queued, is placed (and preempts) then, not failed without a placement as a
+    gang that cannot preempt is (the freed room alone fits no member). Failed so, it would
+    wait for another event, and a gang that came first would take its victims."""
+    h = full_cluster(1, CoreConfig(backoff_initial_seconds=4.0, backoff_max_seconds=8.0))
+    h.add(
+        pod("peer", gpus=4, priority=100, node_name="n0", phase=PodPhase.RUNNING),
+        pod("low", gpus=4, priority=0, node_name="n0", phase=PodPhase.RUNNING),
+    )
+    high_gang(h)
+    out = h.run()
+    assert not preempts(out)  # the peer is not a victim: no room for 8 GPUs
+    h.advance(1)
+    h.s.pod_delete("uid-peer")  # 4 GPUs free on n0; with "low" evicted, all 8
+    [d] = preempts(h.run())
+    assert d.gang == "ml/high" and [v.pod.name for v in d.victims] == ["low"]
+
+
+def test_a_gang_woken_ahead_of_its_backoff_is_not_placed_when_victims_would_not_make_room() -> None:
+    """The same gang, when the node freed has no room for a member even with its pods of
+    lower priority gone: it fails again without a placement, until they would."""
+    h = full_cluster(1, CoreConfig(backoff_initial_seconds=4.0, backoff_max_seconds=8.0))
+    h.add(
+        pod("peer", gpus=4, priority=100, node_name="n0", phase=PodPhase.RUNNING),
+        pod("peer2", gpus=2, priority=100, node_name="n0", phase=PodPhase.RUNNING),
+        pod("low", gpus=2, priority=0, node_name="n0", phase=PodPhase.RUNNING),
+    )
+    high_gang(h)
+    assert not preempts(h.run())
+    cycles = h.s.cycles
+    h.advance(1)
+    h.s.pod_delete("uid-peer2")  # 2 free, 4 with "low" gone: no room for 8
+    assert h.run() == [] and h.s.cycles == cycles
+    h.advance(1)
+    h.s.pod_delete("uid-peer")  # 6 free, 8 with "low" gone
+    [d] = preempts(h.run())
+    assert [v.pod.name for v in d.victims] == ["low"] and h.s.cycles == cycles + 1

@@ -9,7 +9,7 @@ done (core/eviction.py: an eviction decided is carried out, across crashes)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gangsched.core.cache import ClusterCache
 from gangsched.core.clock import Clock
@@ -91,6 +91,18 @@ class Preemption:
         return self.preemptor.cycle.hold_beside(
             leader, lf, gang.spec.min_resources, placements.get(leader.uid, "")
         )
+
+    def priority_for(self, gang: Gang, pending: Sequence[Pod]) -> int | None:
+        """The priority the gang's attempt would look for victims with, should its placement
+        fail; None when it would not look (preemption off or declined, the gang at Permit,
+        no member pending, nothing running below it)."""
+        spec = gang.spec
+        if not self._config.preemption or spec is None or not spec.preempt or not pending:
+            return None
+        if gang.key in self._permit or any(p.preemption_policy == "Never" for p in pending):
+            return None
+        priority = gang_priority(pending)
+        return priority if any(p < priority for p in self._cache.counted_priorities) else None
 
     def preempt(self, gang: Gang, h: Holdings, why: str) -> Preempt | str:
         """Evict lower-priority gangs for the gang, if that lets it fit; otherwise why not
