@@ -13,7 +13,9 @@ The verdict: whether the gang fits now, and where (the nodes and which members o
 pods a preemption would evict, and their gangs; what it waits for when it does not fit (the
 scheduler's reason, the reservation or the gangs ahead of it in the way); and its expected
 start (core/forecast.py). Gangs already waiting in the cluster are scheduled by the same core
-first, in queue order, as the scheduler would.
+first, in queue order, as the scheduler would (every one of them tried on the cluster as it
+is: the scheduler tries a waiting gang again at each change that could help it); those placed
+first are named, and the pods they would evict.
 """
 
 from __future__ import annotations
@@ -111,6 +113,9 @@ class Verdict:
     reason: str = ""  # why it does not fit now (the scheduler's reason and message)
     reservation: str = ""  # a reservation of another gang in the way
     ahead: list[str] = field(default_factory=list)  # gangs placed first, in queue order
+    # (pod, its gang or '', the gang placed first that evicts it): a gang ahead in the queue
+    # that preempts does so before this gang is tried
+    ahead_victims: list[tuple[str, str, str]] = field(default_factory=list)
     expected: Estimate | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -214,7 +219,13 @@ async def what_if(client: KubeClient, settings: Settings, objs: Sequence[JSON], 
                 verdict.notes.append(f"not allowed to list {r.name}: left out")
     _show_placed(core)
     ahead = core.run_until_idle()  # what the scheduler would decide before the gang came
-    verdict.ahead = sorted({d.gang for d in ahead if isinstance(d, BindGang)})
+    verdict.ahead = sorted({d.gang for d in ahead if isinstance(d, BindGang | Preempt)})
+    verdict.ahead_victims = sorted(
+        (f"{x.pod.namespace}/{x.pod.name}", x.gang, d.gang)
+        for d in ahead
+        if isinstance(d, Preempt)
+        for x in d.victims
+    )
     for obj in objs:
         if obj.get("kind") == "PodGroup":
             api = str(obj.get("apiVersion", ""))
@@ -316,6 +327,11 @@ def render_verdict(v: Verdict) -> str:
         lines.append(f"reservation in the way: {v.reservation}")
     if v.ahead:
         lines.append(f"placed first (ahead in the queue): {', '.join(v.ahead)}")
+    if v.ahead_victims:
+        lines.append(f"evicted first, for gangs ahead in the queue: {len(v.ahead_victims)} pod(s)")
+        lines += [
+            f"  {p}" + (f" (gang {g})" if g else "") + f", for {by}" for p, g, by in v.ahead_victims
+        ]
     if v.expected is not None:
         e = v.expected
         if e.at is not None:

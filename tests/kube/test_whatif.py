@@ -10,7 +10,7 @@ import pytest
 
 from gangsched.kube.whatif import ReadOnly, WriteRefusedError, render_verdict, what_if
 from gangsched.settings import Settings
-from tests.kube.test_service import NODES, PODS, members, node, pod, podgroup
+from tests.kube.test_service import NODES, PODGROUPS, PODS, members, node, pod, podgroup
 from tests.support.fakekube import FakeKube
 
 
@@ -150,3 +150,23 @@ async def test_the_pods_priority_class_is_resolved_as_the_api_server_would() -> 
         obj["spec"]["priorityClassName"] = "missing"
     with pytest.raises(ValueError, match="no PriorityClass 'missing'"):
         await what_if(cluster(), _settings(), objs, "ml")  # type: ignore[arg-type]
+
+
+async def test_a_waiting_gang_that_preempts_first_is_named_with_its_victims() -> None:
+    """A gang of a higher priority waits in the cluster and could evict ml/busy: the scheduler
+    tries it first, so what-if does, and says so (it is placed first, and ml/busy is evicted
+    for it), then answers for the asked gang on what is left."""
+    kube = cluster()
+    kube.seed(PODGROUPS, podgroup("hi", 2))
+    hi = members("hi", 2, gpus=8)
+    for p in hi:
+        p["spec"]["priority"] = 1000
+        p["status"] = {"phase": "Pending"}
+    kube.seed(PODS, *hi)
+    v = await what_if(kube, _settings(), gang(gpus=1), "ml")  # type: ignore[arg-type]
+    assert v.ahead == ["ml/hi"]
+    assert v.ahead_victims == [("ml/busy", "", "ml/hi")]
+    assert not v.fits and v.victims == []
+    text = render_verdict(v)
+    assert "placed first (ahead in the queue): ml/hi" in text
+    assert "evicted first, for gangs ahead in the queue: 1 pod(s)\n  ml/busy, for ml/hi" in text
