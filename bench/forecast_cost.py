@@ -36,7 +36,7 @@ def churn(gangs: int, ends: int, forecast: float) -> dict[str, float]:
         str(forecast),
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO).stdout
-    result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    result: dict[str, float] = json.loads(out[out.index("{") :])  # (printed indented)
     return result
 
 
