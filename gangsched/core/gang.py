@@ -60,6 +60,9 @@ class Gang:
     # help it (Scheduler.freed_could_help)
     freed_seen: int = 0
     tried_at: float | None = None  # when it was last placed (a gang cycle past the gates)
+    # (tally.version, one pending member for each distinct ask): what an idle retry checks
+    # against the nodes freed (Scheduler.freed_could_help), kept while the members are
+    asks: tuple[int, tuple[Pod, ...]] | None = None
 
     @property
     def members(self) -> KeysView[str]:

@@ -30,7 +30,7 @@ from gangsched.core.decisions import (
 from gangsched.core.extended import ExtendedResources
 from gangsched.core.framework import SUCCESS
 from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pending
-from gangsched.core.gpu import MILLI, GpuDemand
+from gangsched.core.gpu import MILLI
 from gangsched.core.leaderfirst import Holds
 from gangsched.core.lifecycle import Lifecycle
 from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod
@@ -44,7 +44,7 @@ from gangsched.core.profile import build_finder
 from gangsched.core.queue import Wake
 from gangsched.core.resourceclaims import Claim as ResourceClaim
 from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass, DeviceId
-from gangsched.core.resources import GPU, ResourceList
+from gangsched.core.resources import GPU
 from gangsched.core.status import GroupStatus, MemberCounts, group_status
 from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.gates import GroupGate, Intake, VolumeGate
@@ -235,15 +235,10 @@ class Scheduler:
             return True  # its attempt makes or remakes the reservation
         nodes = cache.nodes
         infos = [i for n in freed if (i := nodes.get(n)) is not None and i.node is not None]
-        pods, assumed = cache.pods, cache.assumed
-        asked: list[tuple[ResourceList, GpuDemand | None]] = []
-        for uid in gang.members:
-            pod = pods.get(uid)
-            if pod is None or member_state(pod, uid in assumed) is not MemberState.PENDING:
-                continue
-            if any(r == pod.requests and g == pod.gpu for r, g in asked):
-                continue  # (the members of a gang mostly ask alike)
-            asked.append((pod.requests, pod.gpu))
+        asks = self._asks(gang)
+        if not asks:
+            return True  # (no member waits: nothing to rule out)
+        for pod in asks:
             if any(
                 _FIT.filter(pod, info) is SUCCESS and _DEVICES.filter(pod, info) is SUCCESS
                 for info in infos
@@ -254,10 +249,26 @@ class Scheduler:
                 if not self.cycle.short_of_capacity(gang, holdings(gang, cache)):
                     return True
                 break
-        else:
-            if not asked:
-                return True  # (no member waits: nothing to rule out)
         return self._victims_could_help(gang, infos)
+
+    def _asks(self, gang: Gang) -> tuple[Pod, ...]:
+        """One pending member of the gang for each distinct ask (requests, GPU demand): the
+        members of a gang mostly ask alike. Kept on the gang until a member changes (an idle
+        retry checks it at every freed node, and a waiting gang's members seldom change)."""
+        memo = gang.asks
+        version = gang.tally.version
+        if memo is not None and memo[0] == version:
+            return memo[1]
+        pods, assumed = self.cache.pods, self.cache.assumed
+        asked: list[Pod] = []
+        for uid in gang.members:
+            pod = pods.get(uid)
+            if pod is None or member_state(pod, uid in assumed) is not MemberState.PENDING:
+                continue
+            if not any(a.requests == pod.requests and a.gpu == pod.gpu for a in asked):
+                asked.append(pod)
+        gang.asks = (version, tuple(asked))
+        return gang.asks[1]
 
     def _victims_could_help(self, gang: Gang, freed: list[NodeInfo]) -> bool:
         """Whether the gang would look for victims, and a freed node has room for one of its

@@ -108,6 +108,7 @@ class MemberTally:
         "queued",
         "states",
         "up_by_role",
+        "version",
     )
 
     def __init__(self) -> None:
@@ -121,10 +122,14 @@ class MemberTally:
         self.assumed = 0  # members reserved by this scheduler, whatever their state
         self._priorities: Counter[int] = Counter()
         self._max_priority: int | None = None  # None: recompute
+        # Counts every put and remove: what is derived from the members' pods (and not
+        # only from these sums) is current while it has not moved.
+        self.version = 0
 
     # ---- members -----------------------------------------------------------------------
     def put(self, pod: Pod, assumed: bool) -> bool:
         """Record ``pod`` as a member as it is now. True when it was not a member before."""
+        self.version += 1  # (the pod itself is new, whether or not what it counts changed)
         old = self._members.get(pod.uid)
         state = member_state(pod, assumed)
         queued = state is MemberState.PENDING and pod.phase is PodPhase.PENDING
@@ -144,6 +149,7 @@ class MemberTally:
             self.put(pod, assumed)
 
     def remove(self, uid: str) -> None:
+        self.version += 1
         old = self._members.pop(uid, None)
         if old is not None:
             self._count(old, -1)

@@ -439,6 +439,26 @@ def test_a_gang_that_nothing_freed_could_help_fails_again_without_a_placement() 
     assert bind.bindings[0].node == "n1" and h.s.cycles == cycles + 2
 
 
+def test_what_an_idle_retry_checks_follows_the_members_as_they_change() -> None:
+    """The asks an idle retry checks against the freed nodes are kept on the gang, and taken
+    anew when a member changes: a member now asking less fits the room freed."""
+    h = Harness(CoreConfig(backoff_initial_seconds=4.0), gpu_node("n1", 4))
+    small = [pod(f"s{i}", gpus=1, node_name="n1", phase=PodPhase.RUNNING) for i in range(4)]
+    h.add(*small)
+    h.gang("ml/g", 1)
+    [member] = members("ml/g", 1, gpus=3)
+    h.add(member)
+    h.run()
+    gang = h.s.gangs["ml/g"]
+    h.advance(1)
+    h.finish(small[0].uid)  # 1 GPU free on n1
+    now = h.clock.now()
+    assert not h.s.freed_could_help(gang, now)
+    assert not h.s.freed_could_help(gang, now), "(the kept asks)"
+    h.s.pod_upsert(pod("g-0", "ml/g", gpus=1))  # the member asks 1 GPU now
+    assert h.s.freed_could_help(gang, now)
+
+
 def test_a_gang_whose_room_frees_pod_by_pod_is_placed_once_it_all_is() -> None:
     """A running gang's pods end one at a time: a waiting gang of as many one-GPU pods is
     taken each time, but while the cluster's free total is short of what it needs it fails
