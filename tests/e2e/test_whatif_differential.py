@@ -80,6 +80,11 @@ def test_what_if_agrees_with_what_the_scheduler_then_does(tmp_path: Path) -> Non
             agreed, cases = 0, []
             running: list[list[str]] = []
             for g in range(GANGS):
+                if g % 5 == 4:
+                    # (a gang evicted while the scheduler settled after the last end is gone
+                    # already: a gang waiting ahead may preempt when the room it frees lets it)
+                    present = set(pods(cp, NS))
+                    running = [r for r in ([m for m in r if m in present] for r in running) if r]
                 if g % 5 == 4 and running:
                     # A gang ends: its room goes to the gangs waiting (the scheduler places
                     # them, in queue order, once their backoff is over), then the next
