@@ -238,6 +238,7 @@ class Scheduler:
         asks = self._asks(gang)
         if not asks:
             return True  # (no member waits: nothing to rule out)
+        h: Holdings | None = None
         for pod in asks:
             if any(
                 _FIT.filter(pod, info) is SUCCESS and _DEVICES.filter(pod, info) is SUCCESS
@@ -246,10 +247,11 @@ class Scheduler:
                 # room for a member, but not yet for all it needs (a gang's pods end one by
                 # one): its attempt would fail in the prefilter, its message changed only in
                 # the free amount it names (rewritten on every member's pod at each end)
-                if not self.cycle.short_of_capacity(gang, holdings(gang, cache)):
+                h = holdings(gang, cache)
+                if not self.cycle.short_of_capacity(gang, h):
                     return True
                 break
-        return self._victims_could_help(gang, infos)
+        return self._victims_could_help(gang, infos, h)
 
     def _asks(self, gang: Gang) -> tuple[Pod, ...]:
         """One pending member of the gang for each distinct ask (requests, GPU demand): the
@@ -270,14 +272,15 @@ class Scheduler:
         gang.asks = (version, tuple(asked))
         return gang.asks[1]
 
-    def _victims_could_help(self, gang: Gang, freed: list[NodeInfo]) -> bool:
+    def _victims_could_help(self, gang: Gang, freed: list[NodeInfo], h: Holdings | None) -> bool:
         """Whether the gang would look for victims, and a freed node has room for one of its
-        pending members once the node's pods of lower priority are gone."""
+        pending members once the node's pods of lower priority are gone (``h``: its holdings,
+        if already walked)."""
         cache = self.cache
         top = gang.tally.max_priority()  # no member preempts with more
         if not self.config.preemption or not any(p < top for p in cache.counted_priorities):
             return False
-        pending = holdings(gang, cache).pending
+        pending = (h if h is not None else holdings(gang, cache)).pending
         priority = self.preemption.priority_for(gang, pending)
         if priority is None:
             return False
