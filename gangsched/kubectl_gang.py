@@ -32,7 +32,13 @@ from gangsched.api.fields import SpecError, timestamp
 from gangsched.api.membership import Membership, Source, resolve_membership, scheduling_group
 from gangsched.api.podgroup import min_member_of, podgroup_from
 from gangsched.core.model import GangSpec
-from gangsched.core.status import MEMBERS_LOST, count_members, group_status, split_forecast
+from gangsched.core.status import (
+    MEMBERS_LOST,
+    count_members,
+    counted,
+    group_status,
+    split_forecast,
+)
 
 __all__ = ["GangRow", "default_namespace", "gang_rows", "main", "render"]
 
@@ -209,7 +215,8 @@ def _add_pod(g: _Gathered, pod: Mapping[str, Any]) -> None:
         row.bound[role] = row.bound.get(role, 0) + 1
         row.nodes[node] = row.nodes.get(node, 0) + 1
     phase = str((pod.get("status") or {}).get("phase", "Pending"))
-    g.members[m.key].append((phase, bool(node)))
+    deleting = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    g.members[m.key].append(counted(phase, bool(node), deleting))
     if why is not None:
         g.waiting[m.key][why] += 1
     if said is not None and said[2] is not None:

@@ -255,3 +255,24 @@ def test_a_gang_of_another_convention_shows_the_forecast_its_pods_say() -> None:
     rows = _rows([], pods)
     assert [rows[n].expected for n in ("a", "b", "c")] == ["2026-11-27T16:00:00Z", "unknown", ""]
     assert {rows[n].why for n in ("a", "b", "c")} == {why.partition(": ")[2]}
+
+
+def test_a_member_being_deleted_is_not_counted_bound() -> None:
+    """The scheduler's counting rule (``counted``): a running member with a deletionTimestamp
+    exists but is neither bound nor running, so a gang of two with one terminating is no
+    longer shown Running, whatever its last written status said."""
+    pods = []
+    for i in range(2):
+        p = _pod(f"g-{i}", labels={"gangsched.io/pod-group": "g"}, spec={"nodeName": "n0"})
+        p["status"]["phase"] = "Running"
+        pods.append(p)
+    pods[1]["metadata"]["deletionTimestamp"] = "2026-11-28T12:00:00Z"
+    pg = _pg("g", 2)
+    pg["status"] = {
+        "scheduleStartTime": "2026-11-28T11:00:00Z",
+        "conditions": [{"type": "Scheduled", "status": "True", "reason": "Scheduled"}],
+    }
+    row = _rows([pg], pods)["g"]
+    assert (row.phase, row.why) == ("Scheduling", "1 of 2 members bound")
+    del pods[1]["metadata"]["deletionTimestamp"]
+    assert _rows([pg], pods)["g"].phase == "Running"

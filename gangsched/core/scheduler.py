@@ -45,7 +45,7 @@ from gangsched.core.queue import Wake
 from gangsched.core.resourceclaims import Claim as ResourceClaim
 from gangsched.core.resourceclaims import CounterTotal, Device, DeviceClass, DeviceId
 from gangsched.core.resources import GPU
-from gangsched.core.status import GroupStatus, MemberCounts, group_status
+from gangsched.core.status import GroupStatus, MemberCounts, counted, group_status
 from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.gates import GroupGate, Intake, VolumeGate
 from gangsched.core.steps.permit import Permit
@@ -489,7 +489,8 @@ class Scheduler:
             tally = self.group_pods.get(pod.group)
             if tally is None:
                 tally = self.group_pods[pod.group] = GroupTally()
-            tally.put(pod.uid, pod.phase.value, bool(pod.node_name), pod.scheduler_name == name)
+            phase, bound = counted(pod.phase.value, bool(pod.node_name), pod.deleting)
+            tally.put(pod.uid, phase, bound, pod.scheduler_name == name)
         if (
             old is not None
             and not old.terminal

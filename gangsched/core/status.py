@@ -30,6 +30,7 @@ __all__ = [
     "GroupStatus",
     "MemberCounts",
     "count_members",
+    "counted",
     "group_status",
     "podgroup_phase",
     "split_forecast",
@@ -56,9 +57,25 @@ class MemberCounts:
     failed: int = 0
 
 
+# How a member being deleted (and not finished) counts: it exists, and is neither bound nor
+# running (the gang lifecycle counts it as lost from the moment its deletion is asked for).
+TERMINATING = "Terminating"
+
+
+def counted(phase: str, bound: bool, deleting: bool) -> tuple[str, bool]:
+    """The ``(phase, bound)`` a member pod counts as in :func:`count_members`: its pod phase
+    and whether it has a node, except that a member being deleted that has not finished
+    counts as ``Terminating`` without a node. Every place that counts members (the
+    scheduler's tallies, ``kubectl gang``) builds its pairs here, so they agree."""
+    if deleting and phase not in ("Succeeded", "Failed"):
+        return TERMINATING, False
+    return phase, bound
+
+
 def count_members(members: Iterable[tuple[str, bool]]) -> MemberCounts:
-    """Counts from each member pod's ``(phase, bound)``: its pod phase and whether it has a
-    node. A Running or Succeeded pod counts as scheduled even if its node is not known."""
+    """Counts from each member pod's ``(phase, bound)`` as :func:`counted` gives them: its
+    pod phase and whether it has a node. A Running or Succeeded pod counts as scheduled even
+    if its node is not known; a ``Terminating`` one counts only as existing."""
     total = scheduled = running = succeeded = failed = 0
     for phase, bound in members:
         total += 1

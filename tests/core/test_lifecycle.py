@@ -229,6 +229,11 @@ def test_a_member_being_deleted_is_lost_at_once(deleting: bool) -> None:
         s.pod_upsert(replace(pods[0], phase=PodPhase.FAILED))
     status = s.group_status(KEY)
     assert status is not None and status.reason == "MembersLost" and not status.scheduled
+    # The counts say what the condition says: the member being deleted is neither bound nor
+    # running any more, though it still exists until it is gone.
+    assert (status.counts.total, status.counts.scheduled, status.counts.running) == (4, 3, 3)
+    # A failed member leaves fewer than minMember that can run: the gang has Failed.
+    assert status.phase == ("Unknown" if deleting else "Failed")
     assert len(_losses(s.run_until_idle())) == 1
 
 

@@ -20,7 +20,7 @@ from gangsched.core.gang import holdings, is_pending
 from gangsched.core.model import GangMode, GangSpec, Node, Pod, PodPhase, RoleSpec
 from gangsched.core.resources import CPU, GPU, MEMORY, PODS
 from gangsched.core.scheduler import Scheduler
-from gangsched.core.status import count_members
+from gangsched.core.status import count_members, counted
 from gangsched.core.tally import MemberState, MemberTally
 
 GI = 2**30
@@ -58,7 +58,9 @@ def _check(s: Scheduler) -> None:
     assert set(s.group_pods) == named
     for key, tally in s.group_pods.items():
         group = [p for p in pods.values() if p.group == key]
-        assert tally.counts() == count_members((p.phase.value, bool(p.node_name)) for p in group)
+        assert tally.counts() == count_members(
+            counted(p.phase.value, bool(p.node_name), p.deleting) for p in group
+        )
         assert tally.ours == sum(p.scheduler_name == s.config.scheduler_name for p in group)
 
 

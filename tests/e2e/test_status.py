@@ -210,6 +210,55 @@ def test_podgroup_status_follows_min_member_and_deleted_members(
     )
 
 
+def test_a_member_held_terminating_is_lost_and_not_counted_bound(
+    control_plane: ControlPlane, running_scheduler: SchedulerProcess, ns: str, nodes: Nodes
+) -> None:
+    """A running member whose deletion is asked for stays terminating while a finalizer and
+    its grace period hold it: from that moment the gang has lost it, and the counts say so
+    too (every status seen on the way is checked to agree with itself)."""
+    cp = control_plane
+    sel = nodes(1, gpus=4)
+    create(cp, podgroup("t", ns, 2))
+    for i in range(2):
+        member = pod(f"t-{i}", ns, group="t", selector=sel)
+        member["metadata"]["finalizers"] = ["e2e.gangsched.io/hold"]
+        create(cp, member)
+    _settles(cp, ns, "t", _says(2, "Running", "True", "Scheduled", "2 member(s) bound"))
+
+    cp.kubectl("delete", "pod", "t-1", "-n", ns, "--grace-period=60", "--wait=false")
+    try:
+        pg = _settles(
+            cp,
+            ns,
+            "t",
+            _says(
+                1,
+                "Unknown",
+                "False",
+                "MembersLost",
+                "the gang lost members (member t-1 was deleted): 1 of minMember 2 bound or "
+                "succeeded; waiting for its controller to replace them",
+            ),
+        )
+        assert (pg["status"]["running"], pods(cp, ns)["t-1"]["status"]["phase"]) == (
+            1,
+            "Running",
+        )
+    finally:
+        for name in ("t-0", "t-1"):
+            cp.kubectl(
+                "patch",
+                "pod",
+                name,
+                "-n",
+                ns,
+                "--type",
+                "merge",
+                "-p",
+                json.dumps({"metadata": {"finalizers": None}}),
+            )
+
+
 def test_members_left_over_say_what_the_gang_holds(
     control_plane: ControlPlane, running_scheduler: SchedulerProcess, ns: str, nodes: Nodes
 ) -> None:
