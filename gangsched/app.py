@@ -104,9 +104,8 @@ class App:
         tasks: list[asyncio.Task[None]] = []
         if self.health is not None:
             # A replica answers its probes before it competes for the lease (a standby is
-            # probed too); without leader election the server starts beside the scheduler,
-            # whose first decisions need not wait for aiohttp's import (a failure to serve
-            # still stops the app: the task ends with it).
+            # probed too); without leader election the server starts beside the scheduler
+            # (a failure to serve still stops the app: the task ends with it).
             if self.elector is not None:
                 await self.health.start()
             else:
@@ -283,7 +282,7 @@ async def build_app(
         if settings.status_controller
         else None
     )
-    # the first decisions need only the lists: watches (and aiohttp) come after them
+    # the first decisions need only the lists: watches come after them
     client.hold_watches(service.first_pass)
     app = App(settings, client, service, outbox, status, elector, None)
     if settings.http_bind_address:

@@ -1,8 +1,9 @@
-"""A thin JSON client: kubernetes-asyncio's configuration loaders (kubeconfig, in-cluster),
-then requests straight on an aiohttp session with raw JSON in and out (msgspec; no model
-classes), a client-side rate limit and a bound on requests in flight, so a burst of pods
-does not flood the API server. The rate limit has two lanes: informational writes (sent
-inside :func:`background_lane`) never hold up a binding.
+"""A thin JSON client: the configuration from kubeconfig.py (kubeconfig, in-cluster), then
+requests and watches on a small HTTP/1.1 client (http1.py; an aiohttp session when a proxy is
+in the way) with raw JSON in and out (msgspec; no model classes), a client-side rate limit and
+a bound on requests in flight, so a burst of pods does not flood the API server. The rate
+limit has two lanes: informational writes (sent inside :func:`background_lane`) never hold up
+a binding.
 
 A write may carry a fence (a callable that says whether it may still be sent): it is asked
 after the rate limit and the bound on requests in flight, and again right before the request's
@@ -68,6 +69,10 @@ _GetKey = tuple[str, tuple[tuple[str, str], ...]]
 def _get_key(path: str, params: Mapping[str, Any]) -> _GetKey:
     return path, tuple(sorted((k, _param(v)) for k, v in params.items()))
 
+
+# How long a watch waits for its answer's head once connected (the API server sends it as
+# soon as the watch is registered; the events come after it, with no limit on the wait).
+_WATCH_HEAD_TIMEOUT = 60.0
 
 # what may stand unescaped in a request path (RFC 3986 pchar and "/")
 _PATH_SAFE = "/:@!$&'()*+,;=-._~"
@@ -276,8 +281,8 @@ def _env_proxy(url: str) -> str | None:
 
 
 class KubeClient:
-    """Requests on the small HTTP/1.1 client (http1.py; aiohttp when a proxy is in the way,
-    and for watches), JSON bodies encoded and decoded by msgspec. The configuration (server,
+    """Requests and watches on the small HTTP/1.1 client (http1.py; aiohttp when a proxy is
+    in the way), JSON bodies encoded and decoded by msgspec. The configuration (server,
     TLS, credentials) comes from kubeconfig.py; a token file or refreshed credential is read
     again once a minute (a rotated service-account token, a refreshed exec credential) and
     after a 401."""
@@ -336,12 +341,13 @@ class KubeClient:
         self._watches_open: asyncio.Future[None] | None = None
 
     def hold_watches(self, gate: Callable[[], Awaitable[None]]) -> None:
-        """Start no watch before ``gate()`` returns. Watches need aiohttp, a tenth of a
-        CPU-second to import on a small machine; the scheduler's first decisions need only
-        the lists. So the scheduler holds its watches until its first pass over the lists is
-        done (bounded), then imports aiohttp on a worker thread: the import takes its CPU
-        while the first bindings wait on the API server, not before them. Nothing is missed:
-        each watch starts from its list's resourceVersion."""
+        """Start no watch before ``gate()`` returns. Opening the watches (a connection and a
+        TLS handshake each, twenty of them) takes CPU that the scheduler's first decisions,
+        which need only the lists, would otherwise wait for. So the scheduler holds its
+        watches until its first pass over the lists is done (bounded): they open while the
+        first bindings wait on the API server, not before them (through a proxy, aiohttp is
+        imported then, on a worker thread). Nothing is missed: each watch starts from its
+        list's resourceVersion."""
         self._watch_gate = gate
 
     def _new_session(self, trace: bool = False) -> aiohttp.ClientSession:
@@ -648,11 +654,12 @@ class KubeClient:
         )
 
     async def _open_watches(self) -> None:
-        """What the first watch waits for: the gate (hold_watches), then aiohttp imported on a
-        worker thread, so that the loop keeps turning meanwhile."""
+        """What the first watch waits for: the gate (hold_watches), then, when watches go
+        through aiohttp (a proxy is in the way), aiohttp imported on a worker thread, so that
+        the loop keeps turning meanwhile."""
         if self._watch_gate is not None:
             await self._watch_gate()
-        if "aiohttp" not in sys.modules:
+        if self._direct is None and "aiohttp" not in sys.modules:
             await asyncio.to_thread(importlib.import_module, "aiohttp")
 
     async def watch(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[JSON]:
@@ -660,6 +667,10 @@ class KubeClient:
         if self._watches_open is None:
             self._watches_open = asyncio.ensure_future(self._open_watches())
         await asyncio.shield(self._watches_open)
+        if self._direct is not None:
+            async for event in self._direct_watch(path, params):
+                yield event
+            return
         import aiohttp
 
         await self._bucket.take(_background.get())
@@ -687,3 +698,50 @@ class KubeClient:
             raise ApiError(0, type(e).__name__, str(e)) from e
         finally:
             resp.release()
+
+    async def _direct_watch(self, path: str, params: Mapping[str, Any]) -> AsyncIterator[JSON]:
+        """A watch on a connection of its own from the small HTTP/1.1 client (http1.py)."""
+        assert self._direct is not None
+        await self._bucket.take(_background.get())
+        query = urllib.parse.urlencode(
+            [(k, _param(v)) for k, v in {**params, "watch": "true"}.items()]
+        )
+        target = f"{urllib.parse.quote(path, safe=_PATH_SAFE)}?{query}"
+        lines = [
+            f"GET {target} HTTP/1.1",
+            self._host_header,
+            "Accept: application/json",
+            f"User-Agent: {self._agent}",
+        ]
+        auth = await self._authorization()
+        if auth:
+            lines.append(f"Authorization: {auth}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        try:
+            stream = await self._direct.stream(head, _WATCH_HEAD_TIMEOUT)
+        except ConnectionFailedError as e:
+            raise ApiError(0, type(e).__name__, str(e)) from e
+        try:
+            if stream.status == 401:
+                self._cfg.invalidate()  # the credential may have rotated: ask again
+            if not 200 <= stream.status <= 299:
+                raw = await stream.read()
+                try:
+                    body: object = _decode(raw)
+                except msgspec.DecodeError:
+                    body = raw[:500].decode("utf-8", "replace")
+                raise ApiError(stream.status, stream.reason, body)
+            # One JSON object per line; a piece holds several lines, or part of one.
+            rest = b""
+            while (piece := await stream.next()) is not None:
+                if rest:
+                    piece = rest + piece
+                events = piece.split(b"\n")
+                rest = events.pop()
+                for line in events:
+                    if line:
+                        yield _decode(line)
+        except ConnectionFailedError as e:
+            raise ApiError(0, type(e).__name__, str(e)) from e
+        finally:
+            stream.close()

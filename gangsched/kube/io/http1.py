@@ -5,7 +5,9 @@ per pod. Through aiohttp a request costs about 150-200 microseconds of Python (U
 header multidicts, trace signals, the connector's bookkeeping), more than the rest of a pod's
 handling together. Here a request is one ``bytes`` join written to a kept-alive connection
 and an answer parsed from the bytes that come back (Content-Length or chunked): a few tens of
-microseconds. Lists and watches (few, large, streamed) stay on aiohttp.
+microseconds. Lists come the same way, and watches are streamed on connections of their own
+(:meth:`Http1Pool.stream`): the scheduler needs no other HTTP client unless a proxy is in the
+way.
 
 A connection is used by one request at a time; idle ones are kept (most recent first) and
 reused. A request that fails on a reused connection before any byte of an answer came back
@@ -18,14 +20,19 @@ the request's bytes are written; if it raises, nothing is written.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-__all__ = ["ConnectionFailedError", "Http1Pool", "Response"]
+__all__ = ["ConnectionFailedError", "Http1Pool", "Response", "Stream"]
 
 _MAX_HEAD = 64 * 1024
 _NO_BODY = frozenset({204, 304})
+# A stream stops reading from its socket while this much of its body waits to be taken, and
+# reads again once the reader has taken it down to a tenth of that.
+_STREAM_HIGH_WATER = 8 * 1024 * 1024
 
 
 class ConnectionFailedError(Exception):
@@ -43,11 +50,42 @@ class Response:
     body: bytes
 
 
-class _Connection(asyncio.Protocol):
+class _Socket(asyncio.Protocol):
+    """A connection the pool opens and closes: one for requests, or a stream."""
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.lost: asyncio.Future[None] | None = None  # done once the socket is closed
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.lost = asyncio.get_running_loop().create_future()
+
+    def _released(self) -> None:
+        """The socket is closed (from connection_lost)."""
+        self.closed = True
+        if self.lost is not None and not self.lost.done():
+            self.lost.set_result(None)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+P = TypeVar("P", bound=_Socket)
+
+
+class _Connection(_Socket):
+    def __init__(self) -> None:
+        super().__init__()
         self._buf = bytearray()
         self._waiter: asyncio.Future[tuple[Response, bool]] | None = None
         self._got_bytes = False
@@ -59,11 +97,6 @@ class _Connection(asyncio.Protocol):
         self._chunk_at = 0
 
     # ---- protocol ---------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        self.lost = asyncio.get_running_loop().create_future()
-
     def data_received(self, data: bytes) -> None:
         self._got_bytes = True
         self._buf += data
@@ -75,9 +108,7 @@ class _Connection(asyncio.Protocol):
                 self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.lost is not None and not self.lost.done():
-            self.lost.set_result(None)
+        self._released()
         if self._head is not None and self._head[2] == -2 and self._waiter is not None:
             status, reason, _, _ = self._head
             if not self._waiter.done():
@@ -98,16 +129,6 @@ class _Connection(asyncio.Protocol):
         self.transport.write(data)
         return self._waiter
 
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def abort(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
     def _fail(self, error: Exception) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(error)
@@ -115,34 +136,11 @@ class _Connection(asyncio.Protocol):
     def _parse(self) -> None:
         buf = self._buf
         if self._head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > _MAX_HEAD:
-                    raise ValueError("answer head too long")
+            head = _parse_head(buf)
+            if head is None:
                 return
-            lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-            parts = lines[0].split(" ", 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
-                raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-            status = int(parts[1])
-            reason = parts[2] if len(parts) > 2 else ""
-            length, chunked, keep = -2, False, parts[0] != "HTTP/1.0"
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                name = name.strip().lower()
-                if name == "content-length":
-                    length = int(value.strip())
-                elif name == "transfer-encoding":
-                    chunked = "chunked" in value.lower()
-                elif name == "connection":
-                    v = value.strip().lower()
-                    keep = v == "keep-alive" or (keep and v != "close")
-            if chunked:
-                length = -1
-            elif status in _NO_BODY or 100 <= status < 200:
-                length = 0
-            self._head = (status, reason, length, keep and length != -2)
-            self._body_at = self._chunk_at = end + 4
+            self._head = head[:4]
+            self._body_at = self._chunk_at = head[4]
         status, reason, length, keep = self._head
         if length >= 0:
             stop = self._body_at + length
@@ -179,6 +177,212 @@ class _Connection(asyncio.Protocol):
             self._chunk_at = stop + 2
 
 
+def _parse_head(buf: bytearray) -> tuple[int, str, int, bool, int] | None:
+    """The answer's head at the start of ``buf``: status, reason, content length (-1:
+    chunked, -2: until the connection closes, 0 for answers without a body), whether the
+    connection is kept alive, and where the body starts; None while the head is incomplete."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        if len(buf) > _MAX_HEAD:
+            raise ValueError("answer head too long")
+        return None
+    lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+        raise ValueError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+    status = int(parts[1])
+    reason = parts[2] if len(parts) > 2 else ""
+    length, chunked, keep = -2, False, parts[0] != "HTTP/1.0"
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "content-length":
+            length = int(value.strip())
+        elif name == "transfer-encoding":
+            chunked = "chunked" in value.lower()
+        elif name == "connection":
+            v = value.strip().lower()
+            keep = v == "keep-alive" or (keep and v != "close")
+    if chunked:
+        length = -1
+    elif status in _NO_BODY or 100 <= status < 200:
+        length = 0
+    return status, reason, length, keep and length != -2, end + 4
+
+
+class Stream(_Socket):
+    """One answer read as it comes, on a connection of its own (a watch): :meth:`head`
+    waits for the status, :meth:`next` gives the body's bytes piece by piece (chunked
+    encoding undone) and None at its end. The connection is closed at the end of the body,
+    and by :meth:`close`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.status = 0
+        self.reason = ""
+        self._buf = bytearray()
+        self._length: int | None = None  # as _parse_head gives it, once the head is in
+        self._left = 0  # bytes left of the body (Content-Length) or of the current chunk
+        self._in_chunk = False
+        self._pieces: collections.deque[bytes] = collections.deque()
+        self._queued = 0
+        self._paused = False
+        self._ended = False
+        self._error: ConnectionFailedError | None = None
+        self._wake: asyncio.Future[None] | None = None
+        self._got_head: asyncio.Future[None] | None = None
+
+    # ---- protocol ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._got_head = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        if self._ended or self._error is not None:
+            return
+        self._buf += data
+        try:
+            self._take()
+        except ValueError as e:
+            self._fail(ConnectionFailedError(f"unreadable answer: {e}", answered=True))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._released()
+        if self._ended:
+            return
+        if self._length == -2:  # the body was "until the connection closes": it has
+            self._end()
+            return
+        why = f"connection lost: {exc}" if exc else "connection closed by the server"
+        self._fail(ConnectionFailedError(why, answered=self._length is not None))
+
+    # ---- reading ----------------------------------------------------------------------
+    def _take(self) -> None:
+        buf = self._buf
+        if self._length is None:
+            head = _parse_head(buf)
+            if head is None:
+                return
+            self.status, self.reason, self._length, _, body_at = head
+            del buf[:body_at]
+            self._left = max(self._length, 0)
+            assert self._got_head is not None
+            if not self._got_head.done():
+                self._got_head.set_result(None)
+            if self._length == 0:
+                self._end()
+                return
+        if self._length == -1:
+            self._take_chunks()
+        elif self._length == -2:
+            if buf:
+                self._put(bytes(buf))
+                buf.clear()
+        else:
+            n = min(len(buf), self._left)
+            if n:
+                self._put(bytes(buf[:n]))
+                del buf[:n]
+                self._left -= n
+            if self._left == 0:
+                self._end()
+
+    def _take_chunks(self) -> None:
+        buf = self._buf
+        while buf and not self._ended:
+            if self._in_chunk:
+                if self._left:
+                    n = min(len(buf), self._left)
+                    self._put(bytes(buf[:n]))
+                    del buf[:n]
+                    self._left -= n
+                    if self._left:
+                        return
+                if len(buf) < 2:
+                    return
+                if buf[:2] != b"\r\n":
+                    raise ValueError("a chunk does not end with CRLF")
+                del buf[:2]
+                self._in_chunk = False
+                continue
+            eol = buf.find(b"\r\n")
+            if eol < 0:
+                if len(buf) > _MAX_HEAD:
+                    raise ValueError("chunk size line too long")
+                return
+            size = int(bytes(buf[:eol]).split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                # the last chunk, then (no trailers are asked for) the final CRLF
+                if buf.find(b"\r\n\r\n", eol) < 0:
+                    return
+                buf.clear()
+                self._end()
+                return
+            del buf[: eol + 2]
+            self._in_chunk, self._left = True, size
+
+    def _put(self, piece: bytes) -> None:
+        self._pieces.append(piece)
+        self._queued += len(piece)
+        if self._queued > _STREAM_HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._notify()
+
+    def _end(self) -> None:
+        self._ended = True
+        self._notify()
+        self.close()  # the connection serves this one answer only
+
+    def _fail(self, error: ConnectionFailedError) -> None:
+        if self._error is None:
+            self._error = error
+        if self._got_head is not None and not self._got_head.done():
+            self._got_head.set_exception(error)
+            self._got_head.exception()  # retrieved: head() may never be awaited again
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def head(self, timeout: float) -> None:
+        """Wait for the answer's head (:attr:`status`, :attr:`reason`), ``timeout`` seconds
+        at most; :class:`ConnectionFailedError` if it does not come."""
+        assert self._got_head is not None
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._got_head)
+        except TimeoutError as e:
+            self.close()
+            raise ConnectionFailedError(f"no answer within {timeout:g}s") from e
+
+    async def next(self) -> bytes | None:
+        """The next piece of the body as it came; None once the body is whole;
+        :class:`ConnectionFailedError` if the connection ended before that."""
+        while not self._pieces:
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                return None
+            self._wake = asyncio.get_running_loop().create_future()
+            await self._wake
+        piece = self._pieces.popleft()
+        self._queued -= len(piece)
+        if self._paused and self._queued <= _STREAM_HIGH_WATER // 10 and self.transport:
+            self._paused = False
+            self.transport.resume_reading()
+        return piece
+
+    async def read(self) -> bytes:
+        """The rest of the body, whole (an error's answer)."""
+        pieces = []
+        while (piece := await self.next()) is not None:
+            pieces.append(piece)
+        return b"".join(pieces)
+
+
 class Http1Pool:
     """Kept-alive HTTP/1.1 connections to one server (``https://host:port`` or ``http://``)."""
 
@@ -197,19 +401,22 @@ class Http1Pool:
         self._server_hostname = server_hostname if ssl_context is not None else None
         self._connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
-        self._open: set[_Connection] = set()  # idle or in use: what close() closes
+        self._open: set[_Socket] = set()  # idle or in use, and streams: what close() closes
         # closed but perhaps not yet shut: a TLS connection is closed by an exchange of
         # close_notify alerts, and its socket is only released when that is done
-        self._closing: set[_Connection] = set()
+        self._closing: set[_Socket] = set()
         self._closed = False
         self.connections_made = 0
 
     async def _connect(self) -> _Connection:
+        return await self._open_with(_Connection)
+
+    async def _open_with(self, protocol: Callable[[], P]) -> P:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
                 _, conn = await loop.create_connection(
-                    _Connection,
+                    protocol,
                     self._host,
                     self._port,
                     ssl=self._ssl,
@@ -237,6 +444,24 @@ class Http1Pool:
         opened = [c for c in made if isinstance(c, _Connection)]
         self._idle.extend(c for c in opened if not c.closed)
         return len(opened)
+
+    async def stream(self, head: bytes, timeout: float) -> Stream:
+        """Send ``head`` (a request without a body) on a connection of its own and return the
+        answer once its head is in (``timeout`` seconds at most for the connection and the
+        head), its body to be read from the :class:`Stream` as it comes. The stream is closed
+        with the pool."""
+        if self._closed:
+            raise ConnectionFailedError("the client is closed")
+        conn = await self._open_with(Stream)
+        assert conn.transport is not None and conn.lost is not None
+        conn.lost.add_done_callback(lambda _: self._open.discard(conn))
+        conn.transport.write(head)
+        try:
+            await conn.head(timeout)
+        except BaseException:
+            self._drop(conn)
+            raise
+        return conn
 
     async def request(
         self,
@@ -286,12 +511,12 @@ class Http1Pool:
             return response
         raise ConnectionFailedError("connection closed by the server")
 
-    def _drop(self, conn: _Connection) -> None:
+    def _drop(self, conn: _Socket) -> None:
         conn.close()
         self._open.discard(conn)
         self._shutting(conn)
 
-    def _shutting(self, conn: _Connection) -> None:
+    def _shutting(self, conn: _Socket) -> None:
         if conn.lost is not None and not conn.lost.done():
             self._closing.add(conn)
             conn.lost.add_done_callback(lambda _: self._closing.discard(conn))

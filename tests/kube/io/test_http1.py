@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gangsched.kube.io.http1 import ConnectionFailedError, Http1Pool
+from gangsched.kube.io import http1
+from gangsched.kube.io.http1 import ConnectionFailedError, Http1Pool, Stream
 from gangsched_dev.devcluster.controlplane import _generate_pki
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[None]]
@@ -287,3 +288,141 @@ async def test_aclose_releases_tls_sockets_even_when_the_server_never_ends_the_s
         done.set()
         listener.close()
         thread.join(10)
+
+
+# ---- streams (watches) ------------------------------------------------------------------
+
+GET = b"GET /w?watch=true HTTP/1.1\r\nHost: h\r\n\r\n"
+
+
+async def _drain(stream: Stream) -> list[bytes]:
+    pieces = []
+    while (piece := await stream.next()) is not None:
+        pieces.append(piece)
+    return pieces
+
+
+async def test_a_stream_gives_the_chunks_as_they_come_split_anywhere(
+    pools: list[Http1Pool],
+) -> None:
+    """The head first (before any of the body), then the body's bytes with the chunked
+    encoding undone, however the bytes were cut; None at the last chunk, and the connection
+    (one of its own, outside the pool's idle ones) is closed."""
+    body = [b'{"type":"ADDED"}\n', b'{"type":"MODIFIED"}\n{"ty', b'pe":"DELETED"}\n']
+    raw = b"".join(b"%x;x=y\r\n%s\r\n" % (len(c), c) for c in body) + b"0\r\n\r\n"
+    go = asyncio.Event()
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await w.drain()
+        await go.wait()
+        for i in range(len(raw)):
+            w.write(raw[i : i + 1])
+            await w.drain()
+            await asyncio.sleep(0)
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        stream = await pool.stream(GET, 5)
+        assert (stream.status, stream.reason) == (200, "OK")
+        go.set()
+        got = await asyncio.wait_for(_drain(stream), 10)
+        assert b"".join(got) == b"".join(body)
+        assert await stream.next() is None
+        await asyncio.wait_for(asyncio.shield(stream.lost), 5)  # type: ignore[arg-type]
+        assert server.requests == [GET] and not pool._open
+
+
+async def test_a_stream_with_a_length_or_until_closed(pools: list[Http1Pool]) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        if n == 1:
+            w.write(_answer(b'{"kind":"Status","code":410}', "410 Gone"))
+        else:
+            w.write(b"HTTP/1.1 200 OK\r\n\r\nuntil")
+            await w.drain()
+            w.write(b" closed")
+            await w.drain()
+            w.close()
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        gone = await pool.stream(GET, 5)
+        assert gone.status == 410
+        assert await gone.read() == b'{"kind":"Status","code":410}'
+        closed = await pool.stream(GET, 5)
+        assert await asyncio.wait_for(closed.read(), 5) == b"until closed"
+    assert server.connections == 2
+
+
+async def test_a_stream_cut_before_its_last_chunk_is_a_connection_failure(
+    pools: list[Http1Pool],
+) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n4\r\nde")
+        await w.drain()
+        w.close()
+
+    async with RawServer(script) as server:
+        stream = await _pool(pools, server).stream(GET, 5)
+        assert await stream.next() == b"abc"
+        assert await stream.next() == b"de"  # what came of the chunk, as it came
+        with pytest.raises(ConnectionFailedError) as cut:
+            await asyncio.wait_for(stream.next(), 5)
+        assert cut.value.answered
+
+
+async def test_a_stream_without_a_head_in_time_or_garbled_fails(pools: list[Http1Pool]) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        if n == 1:
+            await asyncio.sleep(10)
+        else:
+            w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        with pytest.raises(ConnectionFailedError, match="no answer within"):
+            await pool.stream(GET, 0.2)
+        garbled = await pool.stream(GET, 5)
+        with pytest.raises(ConnectionFailedError, match="unreadable answer"):
+            await asyncio.wait_for(garbled.next(), 5)
+        await asyncio.sleep(0.1)
+        assert not pool._open
+
+
+async def test_a_stream_read_slowly_stops_its_socket_and_loses_nothing(
+    pools: list[Http1Pool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back-pressure: past the high-water mark the stream stops reading from its socket (what
+    the server sends waits in the sockets' buffers), and reads again as its reader catches
+    up."""
+    monkeypatch.setattr(http1, "_STREAM_HIGH_WATER", 1000)
+    piece = b"x" * 99 + b"\n"
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _i in range(2000):
+            w.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await w.drain()
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+
+    async with RawServer(script) as server:
+        stream = await _pool(pools, server).stream(GET, 5)
+        await asyncio.sleep(0.3)  # the server writes; nobody reads
+        assert stream._paused and stream._queued < 1000 + 65536
+        got = await asyncio.wait_for(_drain(stream), 10)
+    assert b"".join(got) == piece * 2000 and not stream._paused
+
+
+async def test_close_closes_the_streams_too(pools: list[Http1Pool]) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        await asyncio.sleep(10)
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        stream = await pool.stream(GET, 5)
+        await pool.aclose()
+        assert stream.lost is not None and stream.lost.done()
+        with pytest.raises(ConnectionFailedError):
+            await asyncio.wait_for(stream.next(), 5)
