@@ -409,7 +409,12 @@ async def test_a_stream_read_slowly_stops_its_socket_and_loses_nothing(
     async with RawServer(script) as server:
         stream = await _pool(pools, server).stream(GET, 5)
         await asyncio.sleep(0.3)  # the server writes; nobody reads
-        assert stream._paused and stream._queued < 1000 + 65536
+        # paused past the mark, with at most one more socket read (asyncio reads up to
+        # 256 KiB at a time) taken in; and no more reads while paused
+        held = stream._queued
+        assert stream._paused and held < 1000 + 256 * 1024
+        await asyncio.sleep(0.2)
+        assert stream._queued == held
         got = await asyncio.wait_for(_drain(stream), 10)
     assert b"".join(got) == piece * 2000 and not stream._paused
 
