@@ -678,22 +678,9 @@ class KubeClient:
         resp = await self._raw("GET", path, {**params, "watch": "true"}, None, None, timeout)
         try:
             if not 200 <= resp.status <= 299:
-                raw = await resp.read()
-                try:
-                    body: object = _decode(raw)
-                except msgspec.DecodeError:
-                    body = raw[:500].decode("utf-8", "replace")
-                raise ApiError(resp.status, resp.reason or "", body)
-            # One JSON object per line; a chunk holds several lines, or part of one.
-            rest = b""
-            async for chunk in resp.content.iter_any():
-                if rest:
-                    chunk = rest + chunk
-                lines = chunk.split(b"\n")
-                rest = lines.pop()
-                for line in lines:
-                    if line:
-                        yield _decode(line)
+                raise _refusal(resp.status, resp.reason or "", await resp.read())
+            async for event in _events(resp.content.iter_any()):
+                yield event
         except (TimeoutError, aiohttp.ClientError) as e:
             raise ApiError(0, type(e).__name__, str(e)) from e
         finally:
@@ -725,23 +712,33 @@ class KubeClient:
             if stream.status == 401:
                 self._cfg.invalidate()  # the credential may have rotated: ask again
             if not 200 <= stream.status <= 299:
-                raw = await stream.read()
-                try:
-                    body: object = _decode(raw)
-                except msgspec.DecodeError:
-                    body = raw[:500].decode("utf-8", "replace")
-                raise ApiError(stream.status, stream.reason, body)
-            # One JSON object per line; a piece holds several lines, or part of one.
-            rest = b""
-            while (piece := await stream.next()) is not None:
-                if rest:
-                    piece = rest + piece
-                events = piece.split(b"\n")
-                rest = events.pop()
-                for line in events:
-                    if line:
-                        yield _decode(line)
+                raise _refusal(stream.status, stream.reason, await stream.read())
+            async for event in _events(stream.pieces()):
+                yield event
         except ConnectionFailedError as e:
             raise ApiError(0, type(e).__name__, str(e)) from e
         finally:
             stream.close()
+
+
+def _refusal(status: int, reason: str, raw: bytes) -> ApiError:
+    """The error of a watch the server refused, with its answer (a Status, or its text)."""
+    try:
+        body: object = _decode(raw)
+    except msgspec.DecodeError:
+        body = raw[:500].decode("utf-8", "replace")
+    return ApiError(status, reason, body)
+
+
+async def _events(pieces: AsyncIterator[bytes]) -> AsyncIterator[JSON]:
+    """A watch's events from its body's bytes: one JSON object per line; a piece holds
+    several lines, or part of one."""
+    rest = b""
+    async for piece in pieces:
+        if rest:
+            piece = rest + piece
+        lines = piece.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line:
+                yield _decode(line)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -375,12 +375,14 @@ class Stream(_Socket):
             self.transport.resume_reading()
         return piece
 
+    async def pieces(self) -> AsyncIterator[bytes]:
+        """The body's pieces as :meth:`next` gives them, to the end."""
+        while (piece := await self.next()) is not None:
+            yield piece
+
     async def read(self) -> bytes:
         """The rest of the body, whole (an error's answer)."""
-        pieces = []
-        while (piece := await self.next()) is not None:
-            pieces.append(piece)
-        return b"".join(pieces)
+        return b"".join([piece async for piece in self.pieces()])
 
 
 class Http1Pool:
