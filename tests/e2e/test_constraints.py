@@ -78,7 +78,13 @@ def test_required_anti_affinity_puts_one_member_per_node(
     anti5 = json.loads(json.dumps(anti).replace('"ddp"', '"big"'))
     for i in range(5):
         create(cp, _member(f"big-{i}", ns, "big", zoned, affinity=anti5))
-    msg = wait_for("big-0 unschedulable", lambda: _unschedulable_message(cp, ns, "big-0"))
+
+    def said_why() -> str:
+        msg = _unschedulable_message(cp, ns, "big-0")
+        # While its members are still being created the gang waits for them, and says so.
+        return "" if msg.startswith("WaitingForMembers:") else msg
+
+    msg = wait_for("big-0 unschedulable, all five members in", said_why)
     assert "didn't match pod anti-affinity rules" in msg, msg
     assert not any(n.startswith("big-") for n in bound(cp, ns))
 
