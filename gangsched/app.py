@@ -197,11 +197,11 @@ class App:
         # same interpreter) would otherwise hold up the first list and the first bindings, and
         # the Accepted condition it writes is not urgent.
         await self.service.ready.wait()
-        waited = time.monotonic()
+        caches_in = time.monotonic()
         await self.service.until_quiet(CONTROLLER_START_WAIT)
         log.info(
             "starting the PodGroup controller",
-            after_caches_seconds=round(time.monotonic() - waited, 3),
+            after_caches_seconds=round(time.monotonic() - caches_in, 3),
             quiet=self.service.quiet(),
         )
         self._status_thread = self.status.start_thread(self._status_stop, on_exit)

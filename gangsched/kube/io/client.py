@@ -488,6 +488,25 @@ class KubeClient:
             raise ApiError(status, reason, data)
         return data if isinstance(data, dict) else {"items": data}
 
+    async def _head_lines(
+        self, method: str, path: str, params: Mapping[str, Any] | None
+    ) -> list[str]:
+        """A request's line and the headers every request on the small HTTP/1.1 client
+        carries (Host, Accept, User-Agent, Authorization when there is one)."""
+        target = urllib.parse.quote(path, safe=_PATH_SAFE)
+        if params:
+            target += "?" + urllib.parse.urlencode([(k, _param(v)) for k, v in params.items()])
+        lines = [
+            f"{method} {target} HTTP/1.1",
+            self._host_header,
+            "Accept: application/json",
+            f"User-Agent: {self._agent}",
+        ]
+        auth = await self._authorization()
+        if auth:
+            lines.append(f"Authorization: {auth}")
+        return lines
+
     async def _direct_exchange(
         self,
         method: str,
@@ -502,19 +521,8 @@ class KubeClient:
         assert self._direct is not None
         if fence is not None and not fence():
             raise FencedError(method, path)
-        target = urllib.parse.quote(path, safe=_PATH_SAFE)
-        if params:
-            target += "?" + urllib.parse.urlencode([(k, _param(v)) for k, v in params.items()])
-        auth = await self._authorization()
+        lines = await self._head_lines(method, path, params)
         data = b""
-        lines = [
-            f"{method} {target} HTTP/1.1",
-            self._host_header,
-            "Accept: application/json",
-            f"User-Agent: {self._agent}",
-        ]
-        if auth:
-            lines.append(f"Authorization: {auth}")
         if body is not None:
             data = body if isinstance(body, bytes) else _encode(body)
             lines.append(f"Content-Type: {content_type or 'application/json'}")
@@ -690,19 +698,7 @@ class KubeClient:
         """A watch on a connection of its own from the small HTTP/1.1 client (http1.py)."""
         assert self._direct is not None
         await self._bucket.take(_background.get())
-        query = urllib.parse.urlencode(
-            [(k, _param(v)) for k, v in {**params, "watch": "true"}.items()]
-        )
-        target = f"{urllib.parse.quote(path, safe=_PATH_SAFE)}?{query}"
-        lines = [
-            f"GET {target} HTTP/1.1",
-            self._host_header,
-            "Accept: application/json",
-            f"User-Agent: {self._agent}",
-        ]
-        auth = await self._authorization()
-        if auth:
-            lines.append(f"Authorization: {auth}")
+        lines = await self._head_lines("GET", path, {**params, "watch": "true"})
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         try:
             stream = await self._direct.stream(head, _WATCH_HEAD_TIMEOUT)
