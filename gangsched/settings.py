@@ -224,7 +224,7 @@ class Settings(BaseModel):
     # API client
     api_qps: float = Field(50.0, ge=0)
     api_burst: int = Field(100, ge=1)
-    max_in_flight: int = Field(64, ge=1, le=1024)
+    max_in_flight: int = Field(128, ge=1, le=1024)
     bind_retries: int = Field(3, ge=0, le=20)
     # how long a gang's pods wait for their devices' binding conditions (DRA) before the
     # attempt is undone

@@ -33,6 +33,10 @@ _NO_BODY = frozenset({204, 304})
 # A stream stops reading from its socket while this much of its body waits to be taken, and
 # reads again once the reader has taken it down to a tenth of that.
 _STREAM_HIGH_WATER = 8 * 1024 * 1024
+# New connections a pool opens at once, at most (a TLS handshake each, for the client and the
+# server): a burst of requests is served by the connections that come free meanwhile and by a
+# few new ones at a time, instead of waiting behind as many handshakes as it has requests.
+CONNECTS_AT_ONCE = 8
 
 
 class ConnectionFailedError(Exception):
@@ -409,6 +413,9 @@ class Http1Pool:
         self._closing: set[_Socket] = set()
         self._closed = False
         self.connections_made = 0
+        self._connecting = 0  # connections being opened for requests (CONNECTS_AT_ONCE)
+        # requests waiting for an idle connection or a turn to open one, in arrival order
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
 
     async def _connect(self) -> _Connection:
         return await self._open_with(_Connection)
@@ -433,6 +440,46 @@ class Http1Pool:
         self._open.add(conn)
         return conn
 
+    async def _checkout(self) -> tuple[_Connection, bool]:
+        """An idle connection (and True), else a new one (and False) once fewer than
+        CONNECTS_AT_ONCE are being opened; until then, whichever comes first of a connection
+        coming back idle and a turn to open one."""
+        while True:
+            if self._closed:
+                raise ConnectionFailedError("the client is closed")
+            if self._idle:
+                return self._idle.pop(), True
+            if self._connecting < CONNECTS_AT_ONCE:
+                self._connecting += 1
+                try:
+                    return await self._connect(), False
+                finally:
+                    self._connecting -= 1
+                    self._wake()
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # the turn this one was given goes to the next
+                elif waiter in self._waiting:  # (a wake-up may have passed it over already)
+                    self._waiting.remove(waiter)
+                raise
+
+    def _wake(self) -> None:
+        """Give the first waiting request its turn: a connection came back idle, or an
+        opening ended."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _give_back(self, conn: _Connection) -> None:
+        self._idle.append(conn)
+        self._wake()
+
     async def warm(self, count: int) -> int:
         """Open connections until ``count`` are idle (a TLS handshake each, done before the
         requests that will use them); how many were opened. A connection that fails is left
@@ -444,7 +491,9 @@ class Http1Pool:
             *(self._connect() for _ in range(missing)), return_exceptions=True
         )
         opened = [c for c in made if isinstance(c, _Connection)]
-        self._idle.extend(c for c in opened if not c.closed)
+        for c in opened:
+            if not c.closed:
+                self._give_back(c)
         return len(opened)
 
     async def stream(self, head: bytes, timeout: float) -> Stream:
@@ -478,8 +527,7 @@ class Http1Pool:
             raise ConnectionFailedError("the client is closed")
         data = head + body
         for attempt in (0, 1):
-            reused = bool(self._idle)
-            conn = self._idle.pop() if reused else await self._connect()
+            conn, reused = await self._checkout()
             if conn.closed:
                 self._open.discard(conn)
                 if attempt == 0:
@@ -490,7 +538,7 @@ class Http1Pool:
                 try:
                     before_send()
                 except BaseException:
-                    self._idle.append(conn)
+                    self._give_back(conn)
                     raise
             try:
                 async with asyncio.timeout(timeout):
@@ -507,7 +555,7 @@ class Http1Pool:
                 self._drop(conn)  # cancelled half-way: the connection's state is unknown
                 raise
             if keep and not conn.closed and not self._closed:
-                self._idle.append(conn)
+                self._give_back(conn)
             else:
                 self._drop(conn)
             return response
@@ -532,6 +580,8 @@ class Http1Pool:
             self._shutting(conn)
         self._open.clear()
         self._idle.clear()
+        while self._waiting:  # each finds the pool closed
+            self._wake()
 
     async def aclose(self, timeout: float = 1.0) -> None:
         """:meth:`close`, then wait up to ``timeout`` seconds for every connection's socket

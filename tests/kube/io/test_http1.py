@@ -431,3 +431,88 @@ async def test_close_closes_the_streams_too(pools: list[Http1Pool]) -> None:
         assert stream.lost is not None and stream.lost.done()
         with pytest.raises(ConnectionFailedError):
             await asyncio.wait_for(stream.next(), 5)
+
+
+def _slow_connects(pool: Http1Pool, seconds: float) -> list[int]:
+    """Make each new connection of ``pool`` take ``seconds`` (a handshake's time); the list
+    returned holds how many were being opened at once, at each opening."""
+    at_once: list[int] = []
+    opening = 0
+    connect = pool._connect
+
+    async def slow() -> http1._Connection:
+        nonlocal opening
+        opening += 1
+        at_once.append(opening)
+        try:
+            await asyncio.sleep(seconds)
+            return await connect()
+        finally:
+            opening -= 1
+
+    pool._connect = slow  # type: ignore[method-assign]
+    return at_once
+
+
+async def test_a_burst_opens_a_few_connections_at_a_time_and_reuses_those_that_free(
+    pools: list[Http1Pool],
+) -> None:
+    """Forty requests at once on an empty pool: never more than CONNECTS_AT_ONCE handshakes
+    at a time, every request answered, and requests that found no turn to connect took the
+    connections that came free instead of opening forty."""
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(_answer(b'{"n":%d}' % n))
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        at_once = _slow_connects(pool, 0.05)
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(pool.request(HEAD, b"{}", 5) for _ in range(40))), 10
+        )
+    assert sorted(int(a.body[5:-1]) for a in answers) == list(range(1, 41))
+    assert max(at_once) == http1.CONNECTS_AT_ONCE
+    assert http1.CONNECTS_AT_ONCE <= pool.connections_made < 40
+    assert server.connections == pool.connections_made
+
+
+async def test_a_request_cancelled_while_waiting_for_a_turn_holds_up_no_other(
+    pools: list[Http1Pool],
+) -> None:
+    """Requests waiting for a connection are cancelled, some after their turn came and
+    before they ran: the turn goes to the next and every other request is answered."""
+
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(_answer(b"{}"))
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        _slow_connects(pool, 0.05)
+        tasks = [asyncio.create_task(pool.request(HEAD, b"{}", 5)) for _ in range(30)]
+        await asyncio.sleep(0.01)  # eight connecting, the rest waiting
+        assert len(pool._waiting) == 30 - http1.CONNECTS_AT_ONCE
+        for t in tasks[http1.CONNECTS_AT_ONCE : http1.CONNECTS_AT_ONCE + 6]:
+            t.cancel()
+        # a waiter whose turn has come but who has not run yet, then cancelled
+        pool._wake()
+        tasks[-1].cancel()
+        _, pending = await asyncio.wait(tasks, timeout=10)
+    assert not pending
+    cancelled = [t for t in tasks if t.cancelled()]
+    assert len(cancelled) == 7
+    assert all(t.result().status == 201 for t in tasks if not t.cancelled())
+    assert not pool._waiting
+
+
+async def test_close_fails_the_requests_waiting_for_a_connection(pools: list[Http1Pool]) -> None:
+    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+        w.write(_answer(b"{}"))
+
+    async with RawServer(script) as server:
+        pool = _pool(pools, server)
+        _slow_connects(pool, 0.2)
+        tasks = [asyncio.create_task(pool.request(HEAD, b"{}", 5)) for _ in range(12)]
+        await asyncio.sleep(0.01)
+        pool.close()
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
+    assert all(isinstance(r, ConnectionFailedError) for r in results)
