@@ -433,6 +433,10 @@ async def test_close_closes_the_streams_too(pools: list[Http1Pool]) -> None:
             await asyncio.wait_for(stream.next(), 5)
 
 
+async def _answer_empty(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
+    w.write(_answer(b"{}"))
+
+
 def _slow_connects(pool: Http1Pool, seconds: float) -> list[int]:
     """Make each new connection of ``pool`` take ``seconds`` (a handshake's time); the list
     returned holds how many were being opened at once, at each opening."""
@@ -479,13 +483,9 @@ async def test_a_burst_opens_a_few_connections_at_a_time_and_reuses_those_that_f
 async def test_a_request_cancelled_while_waiting_for_a_turn_holds_up_no_other(
     pools: list[Http1Pool],
 ) -> None:
-    """Requests waiting for a connection are cancelled, some after their turn came and
-    before they ran: the turn goes to the next and every other request is answered."""
+    """Requests waiting for a connection are cancelled: every other request is answered."""
 
-    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
-        w.write(_answer(b"{}"))
-
-    async with RawServer(script) as server:
+    async with RawServer(_answer_empty) as server:
         pool = _pool(pools, server)
         _slow_connects(pool, 0.05)
         tasks = [asyncio.create_task(pool.request(HEAD, b"{}", 5)) for _ in range(30)]
@@ -493,22 +493,16 @@ async def test_a_request_cancelled_while_waiting_for_a_turn_holds_up_no_other(
         assert len(pool._waiting) == 30 - http1.CONNECTS_AT_ONCE
         for t in tasks[http1.CONNECTS_AT_ONCE : http1.CONNECTS_AT_ONCE + 6]:
             t.cancel()
-        # a waiter whose turn has come but who has not run yet, then cancelled
-        pool._wake()
-        tasks[-1].cancel()
         _, pending = await asyncio.wait(tasks, timeout=10)
     assert not pending
     cancelled = [t for t in tasks if t.cancelled()]
-    assert len(cancelled) == 7
+    assert len(cancelled) == 6
     assert all(t.result().status == 201 for t in tasks if not t.cancelled())
     assert not pool._waiting
 
 
 async def test_close_fails_the_requests_waiting_for_a_connection(pools: list[Http1Pool]) -> None:
-    async def script(_: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> None:
-        w.write(_answer(b"{}"))
-
-    async with RawServer(script) as server:
+    async with RawServer(_answer_empty) as server:
         pool = _pool(pools, server)
         _slow_connects(pool, 0.2)
         tasks = [asyncio.create_task(pool.request(HEAD, b"{}", 5)) for _ in range(12)]
@@ -516,3 +510,30 @@ async def test_close_fails_the_requests_waiting_for_a_connection(pools: list[Htt
         pool.close()
         results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 5)
     assert all(isinstance(r, ConnectionFailedError) for r in results)
+
+
+async def test_a_turn_given_to_a_request_cancelled_before_it_ran_goes_to_the_next(
+    pools: list[Http1Pool],
+) -> None:
+    """Every opening turn is taken by a connection that takes very long; a connection comes
+    back idle and wakes the first waiting request, which is cancelled before it runs. The
+    next one takes the idle connection at once, not when an opening ends."""
+    async with RawServer(_answer_empty) as server:
+        pool = _pool(pools, server)
+        spare = await pool._connect()
+        _slow_connects(pool, 60)
+        opening = [asyncio.create_task(pool.request(HEAD, b"{}", 90)) for _ in range(8)]
+        first = asyncio.create_task(pool.request(HEAD, b"{}", 5))
+        second = asyncio.create_task(pool.request(HEAD, b"{}", 5))
+        await asyncio.sleep(0.01)
+        assert len(pool._waiting) == 2
+        pool._give_back(spare)  # wakes ``first``
+        first.cancel()
+        try:
+            answer = await asyncio.wait_for(second, 5)
+        finally:
+            for t in opening:
+                t.cancel()
+            await asyncio.gather(*opening, return_exceptions=True)
+    assert answer.status == 201
+    assert first.cancelled()
