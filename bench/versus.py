@@ -10,7 +10,8 @@ For each repetition and each scheduler (interleaved: repetition 1 in the given o
 repetition 2 rotated by one, ...), on a fresh etcd + kube-apiserver + kwok: the nodes, the
 scheduler-plugins PodGroups and the pods are created first, then the scheduler is started, and
 everything is timed from its start, as the API server counts it (successful pods/binding POSTs
-in its /metrics). See bench/versus_run.py for what one run measures, bench/versus_workload.py
+in its /metrics, and the times of each in its audit log: bench/versus_timing.py). See
+bench/versus_run.py for what one run measures, bench/versus_workload.py
 for the workloads, bench/versus_procs.py for how each scheduler is started.
 
 Prints one JSON object per run (and appends it to --json-out), then a Markdown table and the
