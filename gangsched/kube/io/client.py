@@ -13,7 +13,6 @@ raised."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import contextvars
 import importlib
@@ -33,6 +32,7 @@ from gangsched import __version__
 from gangsched.kube.io.http1 import ConnectionFailedError, Http1Pool
 from gangsched.kube.io.kubeconfig import ClusterConfig, from_kubernetes_asyncio
 from gangsched.kube.io.kubeconfig import load as load_kubeconfig
+from gangsched.kube.io.turns import Turns
 
 if TYPE_CHECKING:
     # aiohttp carries watches (and requests through a proxy): imported when first needed, so
@@ -168,34 +168,21 @@ class _Share:
         self.foreground = 0
         self.background = 0
         self._limit = max(1, busy_limit)
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters = Turns()
 
     async def enter_background(self) -> None:
         while self.foreground and self.background >= self._limit:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                self._wake(1)  # a wake-up this waiter may have been given goes to the next
-                raise
+            await self._waiters.wait()
         self.background += 1
 
     def leave_background(self) -> None:
         self.background -= 1
-        self._wake(1)
+        self._waiters.give()
 
     def leave_foreground(self) -> None:
         self.foreground -= 1
         if not self.foreground:
-            self._wake(len(self._waiters))
-
-    def _wake(self, n: int) -> None:
-        while n and self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                n -= 1
+            self._waiters.give(len(self._waiters))
 
 
 class _TokenBucket:

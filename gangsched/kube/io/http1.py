@@ -26,6 +26,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from gangsched.kube.io.turns import Turns
+
 __all__ = ["ConnectionFailedError", "Http1Pool", "Response", "Stream"]
 
 _MAX_HEAD = 64 * 1024
@@ -415,7 +417,7 @@ class Http1Pool:
         self.connections_made = 0
         self._connecting = 0  # connections being opened for requests (CONNECTS_AT_ONCE)
         # requests waiting for an idle connection or a turn to open one, in arrival order
-        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiting = Turns()
 
     async def _connect(self) -> _Connection:
         return await self._open_with(_Connection)
@@ -455,30 +457,12 @@ class Http1Pool:
                     return await self._connect(), False
                 finally:
                     self._connecting -= 1
-                    self._wake()
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiting.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # the turn this one was given goes to the next
-                elif waiter in self._waiting:  # (a wake-up may have passed it over already)
-                    self._waiting.remove(waiter)
-                raise
-
-    def _wake(self) -> None:
-        """Give the first waiting request its turn: a connection came back idle, or an
-        opening ended."""
-        while self._waiting:
-            waiter = self._waiting.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+                    self._waiting.give()  # an opening ended
+            await self._waiting.wait()
 
     def _give_back(self, conn: _Connection) -> None:
         self._idle.append(conn)
-        self._wake()
+        self._waiting.give()
 
     async def warm(self, count: int) -> int:
         """Open connections until ``count`` are idle (a TLS handshake each, done before the
@@ -580,8 +564,7 @@ class Http1Pool:
             self._shutting(conn)
         self._open.clear()
         self._idle.clear()
-        while self._waiting:  # each finds the pool closed
-            self._wake()
+        self._waiting.give(len(self._waiting))  # each finds the pool closed
 
     async def aclose(self, timeout: float = 1.0) -> None:
         """:meth:`close`, then wait up to ``timeout`` seconds for every connection's socket

@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 
 import structlog
 
 from gangsched.kube.io.client import ApiError, background_lane
+from gangsched.kube.io.turns import Turns
 
 __all__ = ["FIRST", "NORMAL", "URGENT", "Outbox"]
 
@@ -55,7 +56,7 @@ class Outbox:
         self._busy: set[Hashable] = set()
         self._capacity = capacity
         # workers waiting for a write, each on its own future (no task per write to wake one)
-        self._idle: deque[asyncio.Future[None]] = deque()
+        self._idle = Turns()  # workers with nothing to send
         self._workers = workers
         self._tasks: list[asyncio.Task[None]] = []
         self._seq = itertools.count()
@@ -109,11 +110,7 @@ class Outbox:
         return sum(len(q) for q in self._queues)
 
     def _wake_one(self) -> None:
-        while self._idle:
-            waiter = self._idle.popleft()
-            if not waiter.done():  # (a worker cancelled while it waited)
-                waiter.set_result(None)
-                return
+        self._idle.give()
 
     def _take(self) -> tuple[Hashable, str, Job] | None:
         for rank, queue in enumerate(self._queues):
@@ -152,13 +149,10 @@ class Outbox:
                 await t
 
     async def _work(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             item = self._take()
             if item is None:
-                waiter: asyncio.Future[None] = loop.create_future()
-                self._idle.append(waiter)
-                await waiter
+                await self._idle.wait()
                 continue
             key, what, job = item
             try:
