@@ -5,7 +5,12 @@ standard library's (kopf's ``kopf.objects`` and ``kopf.activities``, asyncio, ou
 ``logging`` users) through a root handler that renders their records with the same processors.
 An exception's traceback is a field of its line (``exception``), never lines of its own; with
 JSON, so are uncaught exceptions (of the main thread and of other threads) and Python's
-warnings.
+warnings. The console format writes tracebacks as Python prints them.
+
+structlog formats tracebacks with rich when it can import it, and imports rich (about 40 ms,
+with pygments) as it loads. The scheduler never uses rich (only the CEL library's command line
+does), so this module, the first of the scheduler's start to import structlog, imports it while
+rich cannot be imported, and rich stays importable afterwards.
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ import threading
 from types import TracebackType
 from typing import Any, TextIO
 
-import structlog
+if "structlog" in sys.modules or "rich" in sys.modules:
+    import structlog
+else:
+    sys.modules["rich"] = None  # type: ignore[assignment]  # import rich: ImportError
+    try:
+        import structlog
+    finally:
+        del sys.modules["rich"]
 
 __all__ = ["configure_logging", "json_lines", "stop_message"]
 
@@ -58,7 +70,9 @@ def configure_logging(fmt: str = "json", level: str = "info", stream: TextIO | N
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer()
         if json
-        else structlog.dev.ConsoleRenderer(colors=out.isatty())
+        else structlog.dev.ConsoleRenderer(
+            colors=out.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     )
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,

@@ -189,3 +189,41 @@ def test_the_whole_process_writes_json_lines_to_the_end() -> None:
     assert "KeyError: 'missing'" in lines[0]["exception"]
     assert "ZeroDivisionError" in lines[1]["exception"]
     assert "OSError: the end" in lines[2]["exception"]
+
+
+def test_the_schedulers_start_does_not_import_rich() -> None:
+    """rich (structlog's optional traceback formatter) costs the start about 40 ms and the
+    scheduler never uses it: imported in the order ``gangsched run`` imports them, the
+    scheduler's modules leave it out, and it can still be imported afterwards."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import gangsched.cli, gangsched.cli_kube, gangsched.boot, gangsched.logging
+        import gangsched.settings, gangsched.app, gangsched.kube.service
+        print("rich" in sys.modules)
+        import rich.console
+        print(rich.console.Console is not None)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_the_console_format_writes_a_plain_traceback() -> None:
+    out = io.StringIO()
+    configure_logging("console", "info", stream=out)
+    try:
+        {}["missing"]
+    except KeyError:
+        structlog.get_logger("t").exception("failed")
+    text = out.getvalue()
+    assert "failed" in text
+    assert "Traceback (most recent call last):" in text
+    assert "KeyError: 'missing'" in text
