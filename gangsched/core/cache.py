@@ -600,11 +600,14 @@ class ClusterCache:
 
     def take_conflicts(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """The device conflicts found since the last call (pod uid -> node, devices) of pods
-        still counted where they were found."""
+        still counted where they were found: on that node, on those devices (a node whose
+        devices changed since had its pods counted again, and any conflict then found anew)."""
         out = {
             uid: where
             for uid, where in self.conflicts.items()
             if self._counted_on.get(uid) == where[0]
+            and (counted := self._devices.get(uid)) is not None
+            and counted[0] == where[1]
         }
         self.conflicts.clear()
         return out
