@@ -7,13 +7,17 @@ Builds a core with ``--nodes`` nodes of 8 GPUs and ``--gangs`` gangs of 8 pods, 
 PodGroup declaring its run time (an hour and a little more for each later gang): the first 90%
 ask one GPU a pod, the last 10% a whole node a pod. What fits is bound, the rest waits. Then
 times ``Forecast(core, most=...).run()`` ``--rounds`` times and prints the seconds, the
-waiting gangs and how many got a time, and the command. Not a test: figures depend on the
-machine.
+waiting gangs and how many got a time, and the command. The garbage collector is handled as in
+the daemon (gangsched/kube/io/heap.py): the core built is frozen out of its reach, as the first
+lists are, and each round runs with it paused, as the scheduler's rounds do (``--collector on``
+leaves it running during the rounds). Not a test: figures depend on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import sys
 import time
 from dataclasses import replace
@@ -27,6 +31,7 @@ from gangsched.core.decisions import BindGang
 from gangsched.core.forecast import Forecast
 from gangsched.core.model import GangSpec, PodPhase
 from gangsched.core.scheduler import Scheduler
+from gangsched.kube.io.heap import collector_paused
 from tests.core.test_scheduler import gpu_node, members
 
 
@@ -55,21 +60,31 @@ def main() -> int:
     p.add_argument("--gangs", type=int, default=1100)
     p.add_argument("--most", type=int, default=None, help="forecast the first N waiting gangs")
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--collector",
+        choices=["paused", "on"],
+        default="paused",
+        help="the garbage collector during the rounds (the scheduler pauses it)",
+    )
     a = p.parse_args()
     t = time.perf_counter()
     core = build(a.nodes, a.gangs)
     built = time.perf_counter() - t
     print(f"built in {built:.1f} s: {a.nodes} nodes, {len(core.cache.pods)} pods")
+    gc.collect()
+    gc.freeze()
     for i in range(a.rounds):
+        paused = collector_paused() if a.collector == "paused" else contextlib.nullcontext()
         t = time.perf_counter()
-        result = Forecast(core, most=a.most).run()
+        with paused:
+            result = Forecast(core, most=a.most).run()
         took = time.perf_counter() - t
         known = sum(1 for e in result.values() if e.known)
         print(f"round {i + 1}: {took:.2f} s, {len(result)} waiting gangs, {known} with a time")
     most = f" --most {a.most}" if a.most is not None else ""
     print(
         f"command: .venv/bin/python bench/forecast_bench.py --nodes {a.nodes} "
-        f"--gangs {a.gangs}{most} --rounds {a.rounds}"
+        f"--gangs {a.gangs}{most} --rounds {a.rounds} --collector {a.collector}"
     )
     return 0
 

@@ -55,14 +55,11 @@ class Unit:
     """Pods evicted together. ``gang`` is their gang key, '' for a pod alone."""
 
     gang: str
-    pods: tuple[Pod, ...]
+    pods: tuple[Pod, ...]  # by uid
     priority: int  # the highest among its pods
     gpus: int  # milli-GPUs its pods ask for (1000 per whole GPU)
     created: float  # the youngest member's creation time
-
-    @property
-    def uids(self) -> tuple[str, ...]:
-        return tuple(p.uid for p in self.pods)
+    uids: tuple[str, ...]  # its pods' (the orders' last key, and a budget's mark)
 
 
 @dataclass(slots=True)
@@ -86,13 +83,24 @@ def kueue_admitted(pod: Pod) -> bool:
 
 
 def _unit(gang: str, pods: list[Pod]) -> Unit:
+    if len(pods) == 1:
+        (p,) = pods
+        return Unit(
+            gang, (p,), p.priority, p.gpu.total if p.gpu is not None else 0, p.created, (p.uid,)
+        )
+    by_uid = sorted(pods, key=_uid)
     return Unit(
         gang,
-        tuple(sorted(pods, key=lambda p: p.uid)),
+        tuple(by_uid),
         max(p.priority for p in pods),
         sum(p.gpu.total for p in pods if p.gpu is not None),
         max(p.created for p in pods),
+        tuple(p.uid for p in by_uid),
     )
+
+
+def _uid(pod: Pod) -> str:
+    return pod.uid
 
 
 class Preemptor:
@@ -112,6 +120,9 @@ class Preemptor:
         self.trials = 0  # what-if placements tried, over the process's life
         # running pods of lower priority left out of the last plan because Kueue admitted them
         self.kueue_spared = 0
+        # whole gangs' units of the last search, by unit key, with the pods they were made of
+        self._made: dict[str, tuple[tuple[Pod, ...], Unit]] = {}
+        self._making: dict[str, tuple[tuple[Pod, ...], Unit]] = {}
 
     @property
     def cycle(self) -> GangCycle:
@@ -277,13 +288,16 @@ class Preemptor:
         """(pods counted as gone already, units that may be evicted). A unit with a member
         that Kueue admitted is not one when ``evicting``."""
         cache = self._cache
+        pods_by_uid = cache.pods
+        ours = self._ours
+        keys: dict[str, str] = {}  # a gang's unit key, looked up once for all its members
         spared: set[str] = set()  # gang keys with a member Kueue admitted
         going: list[str] = []
         alone: list[Pod] = []
         grouped: dict[str, list[Pod]] = {}
         for info in cache.nodes.values():
             for uid in info.pods:
-                pod = cache.pods.get(uid)
+                pod = pods_by_uid.get(uid)
                 if pod is None or pod.terminal or (evicting and not pod.node_name):
                     # assumed, not bound: never a victim, but waited for like the rest (its
                     # binding is in flight, or its gang waits at Permit)
@@ -291,7 +305,13 @@ class Preemptor:
                 if pod.deleting or uid in promised:
                     going.append(uid)
                     continue
-                key = self.unit_key(pod)
+                group = pod.group
+                if group and ours(pod):
+                    key = keys.get(group)  # (unit_key, the gang's part)
+                    if key is None:
+                        key = keys[group] = self._group_key(group)
+                else:
+                    key = ""
                 if key == own:
                     continue
                 if evicting and kueue_admitted(pod):
@@ -306,10 +326,12 @@ class Preemptor:
                     alone.append(pod)
         units = [_unit("", [p]) for p in alone]
         promised_set = set(promised)
+        self._making = {}
         for key, pods in grouped.items():
             if key in spared:
                 continue  # evicting the rest would break a gang that Kueue admitted
             units.extend(self._gang_units(key, pods, priority, promised_set))
+        self._made, self._making = self._making, {}
         going.sort()
         return going, units
 
@@ -317,11 +339,26 @@ class Preemptor:
         """The key of the gang (or gang group) a running pod is evicted with, or ''."""
         if not pod.group or not self._ours(pod):
             return ""
-        gang = self._gangs.get(pod.group)
+        return self._group_key(pod.group)
+
+    def _group_key(self, group: str) -> str:
+        gang = self._gangs.get(group)
         if gang is None or gang.spec is None:
             return ""
-        group = gang.spec.gang_group
-        return min(group) if group else gang.key
+        siblings = gang.spec.gang_group
+        return min(siblings) if siblings else gang.key
+
+    def _whole_unit(self, key: str, pods: list[Pod]) -> Unit:
+        """The unit of a gang evicted whole: the one made last time when its running pods are
+        the same objects (a running gang seldom changes between two searches)."""
+        members = tuple(pods)
+        known = self._made.get(key)
+        if known is not None and known[0] == members:  # (identity first: no field compared)
+            unit = known[1]
+        else:
+            unit = _unit(key, pods)
+        self._making[key] = (members, unit)
+        return unit
 
     def _gang_units(
         self, key: str, pods: list[Pod], priority: int, promised: set[str]
@@ -337,7 +374,7 @@ class Preemptor:
             # would leave the gang below its quorum once those land. Not a candidate now.
             return []
         if spec.gang_group or spec.mode is GangMode.STRICT:
-            return [_unit(key, pods)]
+            return [self._whole_unit(key, pods)]
         # NonStrict: only the members above minMember, youngest first, one at a time. Members
         # already on their way out count against what it may still give.
         gone = sum(1 for uid in gang.members if uid in promised)

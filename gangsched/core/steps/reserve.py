@@ -103,21 +103,27 @@ class Reservations:
         runtimes: dict[str, float | None] = {}
         specs = self._book.specs
 
-        def end_of(u: Unit) -> float | None:
+        started = self.started
+
+        def runtime_of(u: Unit) -> float | None:
             if u.gang not in runtimes:
                 s = specs.get(u.gang) if u.gang else None
                 runtimes[u.gang] = s.expected_runtime_seconds if s is not None else None
-            runtime = runtimes[u.gang]
-            if runtime is None:
-                return None
-            return max(self.started.get(p.uid, p.created) for p in u.pods) + runtime
+            return runtimes[u.gang]
+
+        def start_of(u: Unit) -> float:
+            return max(started.get(p.uid, p.created) for p in u.pods)
+
+        def end_of(u: Unit) -> float | None:
+            runtime = runtime_of(u)
+            return None if runtime is None else start_of(u) + runtime
 
         def keep_first(u: Unit) -> tuple[float, ...]:
             # keep (do not wait for) the pods expected to end last: those without a declared
             # run time, youngest first, then the latest declared ends
-            end = end_of(u)
-            start = max(self.started.get(p.uid, p.created) for p in u.pods)
-            return (0.0, -start) if end is None else (1.0, -end)
+            runtime = runtime_of(u)
+            start = start_of(u)
+            return (0.0, -start) if runtime is None else (1.0, -(start + runtime))
 
         self.filter.current = None  # the search sees the cluster without any reservation
         promised = self._preemption.awaited_by.keys()

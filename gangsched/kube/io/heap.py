@@ -9,7 +9,8 @@ while any list is being read and handled (:func:`collector_paused`, which nests 
 reflectors listing at once). When the first lists end, everything loaded is moved out of the
 collector's reach before it runs again (``gc.freeze``): it never scans the cluster state loaded
 at the start, now or later. A later relist is handled paused too, then collected as usual, so
-what it replaced is freed.
+what it replaced is freed. A round of start forecasts (kube/service.py) is run paused too: its
+twin of the core is a copy of the whole cluster state.
 """
 
 from __future__ import annotations
