@@ -10,6 +10,7 @@ reporter write through the fake."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 
 from gangsched.core.clock import FakeClock
 from gangsched.core.config import CoreConfig
+from gangsched.core.forecast import Forecast
 from gangsched.core.scheduler import Scheduler
 from gangsched.kube import service as service_module
 from gangsched.kube.io.firstlists import first_pages
@@ -331,6 +333,27 @@ async def test_a_waiting_gang_says_when_it_is_expected_to_start(rig: Rig) -> Non
     await rig.service.forecast_round()
     await until("the forecast gone", lambda: "expectedStart" not in rig.status("next"))
     assert "expectedStartBasis" not in rig.status("next")
+
+
+async def test_a_round_of_forecasts_runs_with_the_collector_paused(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The round's twin is a copy of the cluster state: the cyclic collector is paused while
+    the twin is built and run (every step of the round), and runs again after it."""
+    await _next_waits_for_first(rig)
+    seen: list[bool] = []
+    steps = Forecast.steps
+
+    def recording(self: Any) -> Any:
+        for step in steps(self):
+            seen.append(gc.isenabled())
+            yield step
+
+    monkeypatch.setattr(Forecast, "steps", recording)
+    assert gc.isenabled()
+    await rig.service.forecast_round()
+    assert seen and not any(seen)
+    assert gc.isenabled()
 
 
 async def test_a_forecast_that_moved_by_little_is_not_written_again(rig: Rig) -> None:
