@@ -18,7 +18,9 @@ chose) is counted on devices the cache guessed, and when a recorded pod names on
 devices the guess moves aside (it is placed again, by best fit, on what the records leave).
 A recorded share is never moved. When the records themselves do not fit the devices (or leave
 no room for the pods without one) the devices are counted over-committed as the records say,
-and the conflict is kept in ``conflicts`` for the scheduler to report.
+and the conflict is kept in ``conflicts`` for the scheduler to report. When a pod leaves a node
+whose devices are over-committed, the guesses on the over-committed devices are placed again
+on what is now free (a what-if's lift moves nothing: only a pod that ended, went or moved).
 
 Three indexes make the hot path cheap: nodes bucketed by whole free devices (free GPUs for a
 node without a device model) and by the largest free share of one device, so a GPU pod looks
@@ -208,6 +210,7 @@ class ClusterCache:
     def upsert_pod(self, pod: Pod) -> None:
         uid = pod.uid
         old = self.pods.get(uid)
+        was_on = self._counted_on.get(uid, "")
         if uid in self._counted_on:
             self.generation += 1  # labels, deletion: what other pods' filters read
         self.pods[uid] = pod
@@ -223,6 +226,8 @@ class ClusterCache:
         ):
             self._count(uid, "", {})  # count it again: on the devices now recorded, its gang
         self._count(uid, self._target(pod), pod.requests)
+        if was_on and self._counted_on.get(uid) != was_on:
+            self._settle_guesses(was_on)
         if (
             old is not None
             and uid in self._counted_on
@@ -251,7 +256,10 @@ class ClusterCache:
         self.assumed.pop(uid, None)
         self.volumes.forget(uid)
         self.resource_claims.forget(uid)
+        was_on = self._counted_on.get(uid, "")
         self._count(uid, "", {})
+        if was_on:
+            self._settle_guesses(was_on)
         self._planned.pop(uid, None)
         return self.pods.pop(uid, None)
 
@@ -592,6 +600,25 @@ class ClusterCache:
         gpus.take(chosen, milli)
         self._devices[uid] = (chosen, milli)
         self._planned[uid] = (info.name, chosen)
+
+    def _settle_guesses(self, node: str) -> None:
+        """A pod left ``node``: if its devices are over-committed (records that did not fit,
+        the pods without one put on the least used), place the guesses on the over-committed
+        devices again, by best fit on what is free now. Not while a pod is assumed there (an
+        over-commit is then a preemptor's hold over its victims)."""
+        info = self.nodes.get(node)
+        gpus = info.gpus if info is not None else None
+        if info is None or gpus is None:
+            return
+        over = tuple(i for i, used in enumerate(gpus.used) if used > MILLI)
+        if not over or not self._all_bound(info):
+            return
+        self.generation += 1
+        self._untotal(info)  # (the free totals count whole free devices)
+        for other in self._move_guesses(info, gpus, over, ""):
+            self._place_guess(other, info, gpus)
+        self._total(info)
+        self._reindex(info)
 
     def _all_bound(self, info: NodeInfo) -> bool:
         """No pod is assumed on the node: an over-commit there is the records', not a hold

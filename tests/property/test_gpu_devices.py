@@ -9,7 +9,7 @@ change. After every step:
 - the cache's usage of every device is the sum of what the pods it counts there take;
 - no device holds more than 1000 milli-GPUs unless the node counts a pod placed from outside
   (or one whose devices disappeared), and a device holding a whole GPU of ours holds nothing
-  else of ours;
+  else of ours: once such a pod has gone, the over-commit it caused has gone too;
 - every BindGang binds at least its gang's minMember pods at once (all-or-nothing), and each
   binding names as many distinct devices as the pod asks for, the ones the cache counts.
 """
@@ -246,6 +246,18 @@ class World:
         ("gang", 1, [Ask(1, 0)]),
         ("outside", Ask(2, 0), 0, [0]),
         ("regpu", 0, 2),
+    ],
+)
+# Found by this test: a record from outside over-commits the node (the guess it displaced has
+# nowhere else to go); when that pod ends, the guess stayed on the over-committed device.
+@example(
+    gpus=[2],
+    script=[
+        ("gang", 1, [Ask(1, 0), Ask(1, 0)]),
+        ("run",),
+        ("outside", Ask(1, 0), 0, [1]),
+        ("finish", 2),
+        ("run",),
     ],
 )
 def test_devices_are_never_over_committed(
