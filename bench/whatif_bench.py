@@ -3,14 +3,14 @@
     .venv/bin/python bench/whatif_bench.py --nodes 5000 --pods 50000
 
 The cluster is served by a stand-in for the API server that keeps each list page as JSON text
-and decodes it at every request, as the client decodes a response: ``--nodes`` nodes of 8
-GPUs, ``--pods`` pods of one GPU in gangs of 8 (each with its gangsched PodGroup), as many
-bound as fit, the rest waiting. Then ``what_if`` (gangsched/kube/whatif.py, the production
-code) is asked about one more gang of 8 whole-node pods, ``--rounds`` times, and the seconds
-of each phase are printed (listing and decoding, the core's first decisions, the gang's
-answer with its forecast), and the command. What it leaves out: the API server's own time
-to serve the lists (on a real cluster it comes on top), and the network. Not a test:
-figures depend on the machine.
+and decodes it at every request with the client's own decoder (msgspec), as the client decodes
+a response: ``--nodes`` nodes of 8 GPUs, ``--pods`` pods of one GPU in gangs of 8 (each with
+its gangsched PodGroup), as many bound as fit, the rest waiting. Then ``what_if``
+(gangsched/kube/whatif.py, the production code) is asked about one more gang of 8 whole-node
+pods, ``--rounds`` times, and the seconds of each phase are printed (listing and decoding, the
+core's first decisions, the gang's answer with its forecast), and the command. What it leaves
+out: the API server's own time to serve the lists (on a real cluster it comes on top), and the
+network. Not a test: figures depend on the machine.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gangsched.kube import whatif as whatif_module
-from gangsched.kube.io.client import ApiError
+from gangsched.kube.io.client import ApiError, _decode
 from gangsched.settings import Settings
 
 NS = "ml"
@@ -55,7 +55,7 @@ class Served:
                 meta["continue"] = str(end)
             text = json.dumps({"metadata": meta, "items": items[start:end]})
             self._pages[key] = text
-        decoded: dict[str, Any] = json.loads(text)
+        decoded: dict[str, Any] = _decode(text)
         return decoded
 
 
