@@ -95,10 +95,18 @@ def test_gang_that_cannot_fit_waits_whole_then_binds_when_a_node_arrives(
 
     wait_for("PodScheduled=False on every member", unschedulable_everywhere)
     assert bound(cp, ns) == {}
-    pg = get_pg(cp, ns, "wide")
+    # The PodGroup's status says why too. Its update is a write of its own, queued behind any
+    # backlog of status writes (a pod's first condition goes ahead of it: write/reporter.py),
+    # as after an earlier test's API server outage: wait for it rather than read it once.
+    pg = wait_for(
+        "the PodGroup's status to name the GPU shortfall",
+        lambda: (
+            (g := get_pg(cp, ns, "wide"))
+            and "nvidia.com/gpu" in (g.get("status") or {}).get("message", "")
+            and g
+        ),
+    )
     assert pg["status"]["phase"] in ("Pending", "Scheduling")
-    message = pg["status"].get("message", "")
-    assert "nvidia.com/gpu" in message, message
     assert "FailedScheduling" in event_reasons(cp, ns, "wide-0")
     time.sleep(2)
     assert bound(cp, ns) == {}, "nothing may bind while the gang cannot fit"
