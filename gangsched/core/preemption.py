@@ -82,12 +82,11 @@ def kueue_admitted(pod: Pod) -> bool:
     return KUEUE_PODSET_LABEL in pod.labels
 
 
+# whole gangs' units by unit key, each with the pods it was made of
+_Made = dict[str, tuple[tuple[Pod, ...], Unit]]
+
+
 def _unit(gang: str, pods: list[Pod]) -> Unit:
-    if len(pods) == 1:
-        (p,) = pods
-        return Unit(
-            gang, (p,), p.priority, p.gpu.total if p.gpu is not None else 0, p.created, (p.uid,)
-        )
     by_uid = sorted(pods, key=_uid)
     return Unit(
         gang,
@@ -120,9 +119,8 @@ class Preemptor:
         self.trials = 0  # what-if placements tried, over the process's life
         # running pods of lower priority left out of the last plan because Kueue admitted them
         self.kueue_spared = 0
-        # whole gangs' units of the last search, by unit key, with the pods they were made of
-        self._made: dict[str, tuple[tuple[Pod, ...], Unit]] = {}
-        self._making: dict[str, tuple[tuple[Pod, ...], Unit]] = {}
+        # the last search's whole-gang units (see _whole_unit)
+        self._made: _Made = {}
 
     @property
     def cycle(self) -> GangCycle:
@@ -326,12 +324,12 @@ class Preemptor:
                     alone.append(pod)
         units = [_unit("", [p]) for p in alone]
         promised_set = set(promised)
-        self._making = {}
+        made: _Made = {}
         for key, pods in grouped.items():
             if key in spared:
                 continue  # evicting the rest would break a gang that Kueue admitted
-            units.extend(self._gang_units(key, pods, priority, promised_set))
-        self._made, self._making = self._making, {}
+            units.extend(self._gang_units(key, pods, priority, promised_set, made))
+        self._made = made
         going.sort()
         return going, units
 
@@ -348,20 +346,26 @@ class Preemptor:
         siblings = gang.spec.gang_group
         return min(siblings) if siblings else gang.key
 
-    def _whole_unit(self, key: str, pods: list[Pod]) -> Unit:
-        """The unit of a gang evicted whole: the one made last time when its running pods are
-        the same objects (a running gang seldom changes between two searches)."""
+    def _whole_unit(self, key: str, pods: list[Pod], made: _Made) -> Unit:
+        """The unit of a gang evicted whole: the one the last search made when its running
+        pods are the same objects (a running gang seldom changes between two searches); kept
+        in ``made`` for the next."""
         members = tuple(pods)
         known = self._made.get(key)
         if known is not None and known[0] == members:  # (identity first: no field compared)
             unit = known[1]
         else:
             unit = _unit(key, pods)
-        self._making[key] = (members, unit)
+        made[key] = (members, unit)
         return unit
 
     def _gang_units(
-        self, key: str, pods: list[Pod], priority: int, promised: set[str]
+        self,
+        key: str,
+        pods: list[Pod],
+        priority: int,
+        promised: set[str],
+        made: _Made,
     ) -> list[Unit]:
         if any(p.priority >= priority for p in pods):
             return []
@@ -374,7 +378,7 @@ class Preemptor:
             # would leave the gang below its quorum once those land. Not a candidate now.
             return []
         if spec.gang_group or spec.mode is GangMode.STRICT:
-            return [self._whole_unit(key, pods)]
+            return [self._whole_unit(key, pods, made)]
         # NonStrict: only the members above minMember, youngest first, one at a time. Members
         # already on their way out count against what it may still give.
         gone = sum(1 for uid in gang.members if uid in promised)
