@@ -21,6 +21,7 @@ from gangsched.kube.io.metrics import Metrics
 from gangsched.kube.io.outbox import Outbox
 from gangsched.kube.service import SchedulerService
 from gangsched.kube.statuscontroller import StatusController
+from gangsched.kube.write import failpoints
 from gangsched.kube.write.binder import Binder
 from gangsched.kube.write.claims import ClaimWriter
 from gangsched.kube.write.gpushare import DeviceRecorder
@@ -236,6 +237,8 @@ async def build_app(
     )
     fence = elector.fence.ok if elector is not None else None
     core = Scheduler(settings.core(), WallClock())
+    if failpoints.armed("decide"):  # (the crash-safety tests only)
+        core.steps = (failpoints.DecideFailpoint(), *core.steps)
     # one worker per request in flight the client keeps for informational writes
     outbox = Outbox(workers=max(4, client.background_slots), capacity=OUTBOX_CAPACITY)
     reporter = Reporter(client, outbox, instance)
@@ -268,6 +271,7 @@ async def build_app(
         fence=fence,
         status_resync_seconds=settings.status_resync_seconds,
         forecast_seconds=settings.start_forecast_seconds,
+        error_hold_seconds=settings.scheduler_error_hold_seconds,
         gpu_labels=GpuLabels(settings.gpu_model_label, settings.gpu_memory_label),
         dra=dra,
         preemptor=Preemptor(

@@ -244,6 +244,9 @@ class Settings(BaseModel):
     # Start forecasts of waiting gangs (status.expectedStart): made when the cluster changed,
     # at most this often (0: none)
     start_forecast_seconds: float = Field(30.0, ge=0, le=86400)
+    # A gang gangsched failed on (an error inside the scheduler while deciding it) is held back
+    # this long the first time, twice as long each time after (core/steps/quarantine.py)
+    scheduler_error_hold_seconds: float = Field(600.0, gt=0, le=86400)
     log_format: Literal["json", "console"] = "json"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

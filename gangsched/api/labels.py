@@ -15,6 +15,9 @@ PREEMPTION_POLICY_ANNOTATION = "gangsched.io/preemption-policy"
 EXPECTED_RUNTIME_ANNOTATION = "gangsched.io/expected-runtime-seconds"
 # ... and spec.onMemberLoss (None or RestartGang).
 ON_MEMBER_LOSS_ANNOTATION = "gangsched.io/on-member-loss"
+# The pod condition the scheduler writes on a gang's pending pods when deciding the gang failed
+# inside it (api/schedulererror.py)
+SCHEDULER_ERROR_CONDITION = "gangsched.io/SchedulerError"
 
 # scheduler-plugins Coscheduling
 XK8S_GROUP = "scheduling.x-k8s.io"

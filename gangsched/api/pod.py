@@ -40,10 +40,11 @@ from gangsched.api.gpushare import devices_from
 from gangsched.api.job import controller_job
 from gangsched.api.membership import Membership, resolve_membership, scheduling_group
 from gangsched.api.requests import effective_requests, zero_share
+from gangsched.api.schedulererror import read_scheduler_error as read_held
 from gangsched.api.spread import spread
 from gangsched.api.topology import completion_index, kueue_domain, lws_leader_first
 from gangsched.api.volumes import pod_volumes
-from gangsched.core.model import HostPort, Pod, PodPhase
+from gangsched.core.model import HostPort, Pod, PodPhase, SchedulerError
 from gangsched.core.quantity import QuantityError
 
 __all__ = ["PodRead", "pod_from", "read_pod"]
@@ -178,6 +179,7 @@ def _pod_from(obj: Obj) -> PodRead:
         nominated_node=scalar_text(status.get("nominatedNodeName"), ""),
         disruption=_disruption(status),
         bound_at=_bound_at(status),
+        scheduler_error=_held(spec, status),
         active_deadline_seconds=_active_deadline(spec.get("activeDeadlineSeconds")),
         owner_job=controller_job(meta.get("ownerReferences")),
     )
@@ -321,8 +323,15 @@ def with_status(pod: Pod, meta: Obj, status: Obj, **changes: Any) -> Pod:
         nominated_node=scalar_text(status.get("nominatedNodeName"), ""),
         disruption=_disruption(status),
         bound_at=_bound_at(status),
+        scheduler_error=None if pod.node_name or changes.get("node_name") else read_held(status),
         **changes,
     )
+
+
+def _held(spec: Obj, status: Obj) -> SchedulerError | None:
+    """The record of a failure inside gangsched while deciding the pod's gang, on a pod not
+    bound (on a bound one it holds nothing back)."""
+    return None if spec.get("nodeName") else read_held(status)
 
 
 def as_bound(pod: Pod, node: str, meta: Obj, status: Obj) -> Pod | None:

@@ -33,6 +33,7 @@ __all__ = [
     "PreferredTerm",
     "Requirement",
     "RoleSpec",
+    "SchedulerError",
     "SpreadConstraint",
     "Taint",
     "Toleration",
@@ -281,6 +282,18 @@ class ExtendedAsk:
     mappings: tuple[tuple[str, str], ...]  # (container, request)
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulerError:
+    """An attempt to decide the pod's gang failed inside gangsched (a bug, not the gang's
+    fault): the scheduler recorded it on the gang's pending pods before it exited, so that
+    the next process holds the gang back until ``until`` (seconds since the epoch) and
+    every other gang goes on (core/steps/quarantine.py)."""
+
+    count: int  # how many times it happened (each doubles the hold)
+    until: float
+    error: str  # the exception, as ``Type: message``
+
+
 @dataclass(slots=True)
 class Pod:
     uid: str
@@ -357,6 +370,9 @@ class Pod:
     index: int = -1
     # The leader of a group whose other members come only once it is bound (LeaderFirst).
     leader_first: LeaderFirst | None = None
+    # An earlier attempt to decide the pod's gang failed inside gangsched (read from the
+    # pending pod's gangsched.io/SchedulerError condition): held back until its time.
+    scheduler_error: SchedulerError | None = None
     # What the pod asks of GPU devices; always derived from ``requests`` (core/gpu.py). A
     # request that cannot be honoured sets ``invalid_reason``.
     gpu: GpuDemand | None = field(default=None, init=False, compare=False)

@@ -25,6 +25,7 @@ from gangsched.core.cycle import (
 from gangsched.core.decisions import (
     Decision,
     DeviceConflict,
+    GangUnschedulable,
     pod_ref,
 )
 from gangsched.core.extended import ExtendedResources
@@ -33,7 +34,7 @@ from gangsched.core.gang import PLAIN_PREFIX, Gang, Holdings, holdings, is_pendi
 from gangsched.core.gpu import MILLI
 from gangsched.core.leaderfirst import Holds
 from gangsched.core.lifecycle import Lifecycle
-from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod
+from gangsched.core.model import DisruptionBudget, GangSpec, Node, Pod, SchedulerError
 from gangsched.core.nodefinder import NodeFinder
 from gangsched.core.permit import PermitMap
 from gangsched.core.plugins.gpu_devices import GPUDevices
@@ -51,6 +52,8 @@ from gangsched.core.steps.gates import GroupGate, Intake, VolumeGate
 from gangsched.core.steps.permit import Permit
 from gangsched.core.steps.place import Placement
 from gangsched.core.steps.preempt import Preemption
+from gangsched.core.steps.quarantine import HOLD_MOST, Quarantine, held_message, record_of
+from gangsched.core.steps.quarantine import REASON as QUARANTINED
 from gangsched.core.steps.replay import FailureReplay, FailureReport
 from gangsched.core.steps.reserve import Reservations
 from gangsched.core.steps.turn import Step, Turn
@@ -189,6 +192,7 @@ class Scheduler:
         )
         self.steps: tuple[Step, ...] = (
             Intake(),
+            Quarantine(book, clock),
             GroupGate(book, self.cache, self.permit),
             VolumeGate(book, config, self.cache, self.finder),
             self.replay,
@@ -207,6 +211,9 @@ class Scheduler:
         self.started = self.reservations.started
         self.failures = self.replay.memo
         self.cycles = 0
+        # The gang the cycle under way decides (None outside a gang's turn): the one to hold
+        # back if the cycle raises (core/steps/quarantine.py).
+        self.deciding: str | None = None
         book.freed_seq = lambda: self.cache.freed_seq
         # How many times a gang's spec was set or removed (what start forecasts read changed)
         self.spec_changes = 0
@@ -533,6 +540,9 @@ class Scheduler:
                 self.queue.wake(
                     None, self.book.group_of(gang), at_once=self.book.may_complete(gang)
                 )
+            elif old is not None and old.scheduler_error and not pod.scheduler_error:
+                # the record of a failure was removed: the gang is tried again now
+                self.queue.wake(None, (key,), at_once=True)
         elif pod.gates and not pod.node_name and not gang.satisfied_once:
             # PreEnqueue: a gated pod never enters the queue; the gang says what it waits for.
             t = gang.tally
@@ -706,10 +716,12 @@ class Scheduler:
         """Run one gang cycle: the gang at the head of the queue goes through the steps
         (core/steps/) in order until one ends the cycle. None when there is nothing to
         schedule right now."""
+        self.deciding = None
         out = self.tick()
         key = self.queue.pop()
         if key is None:
             return out or None
+        self.deciding = key
         gang = self.gangs.get(key)
         if gang is None:
             return out
@@ -800,6 +812,41 @@ class Scheduler:
             lost=self.lifecycle.lost(gang),
             placed_in=gang.placed_in if gang is not None else "",
         )
+
+    def hold_back(
+        self, key: str, hold_seconds: float, error: str
+    ) -> tuple[SchedulerError, GangUnschedulable] | None:
+        """Deciding gang ``key`` raised ``error`` (a failure of gangsched's own, the cycle left
+        part-way): the record of it for the gang's members not bound to a node (the count
+        after theirs; not decided again for ``hold_seconds``, doubled for each failure before
+        it, HOLD_MOST at most), set on them, and the decision
+        that tells them why; None when no such member is left. It walks every pod, trusting
+        none of the gang's own indexes; the caller writes the record to the API server and
+        stops this core (core/steps/quarantine.py)."""
+        name = self.config.scheduler_name
+        members = [
+            p
+            for p in self.cache.pods.values()
+            if (p.group == key or (not p.group and PLAIN_PREFIX + p.uid == key))
+            and p.scheduler_name == name
+            and not p.node_name
+            and not p.terminal
+            and not p.deleting
+        ]
+        if not members:
+            return None
+        last = record_of(members)
+        count = (last.count if last is not None else 0) + 1
+        hold = min(hold_seconds * 2 ** min(count - 1, 30), HOLD_MOST)
+        record = SchedulerError(count, self.clock.now() + hold, error)
+        message = held_message(record)
+        for p in members:
+            p.scheduler_error = record
+        gang = self.gangs.get(key)
+        if gang is not None:
+            gang.reason, gang.message = QUARANTINED, message
+        refs = tuple(pod_ref(p) for p in members)
+        return record, GangUnschedulable(key, refs, QUARANTINED, message)
 
     def holdings(self, key: str) -> Holdings | None:
         """What the gang holds and which members wait (walks its members)."""

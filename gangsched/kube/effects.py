@@ -83,6 +83,11 @@ class Effects:
         self._sliced = sliced
         self.tasks: set[asyncio.Task[Any]] = set()
         self.binds: set[asyncio.Task[Any]] = set()  # those of ``tasks`` that commit a decision
+        # Set when one of ``tasks`` ended with an unexpected error (``error``): what it did of
+        # its decision is unknown to the core, so the service stops (and the process with it;
+        # the next starts from what the API server holds).
+        self.broken = asyncio.Event()
+        self.error: BaseException | None = None
 
     def observe(self, decisions: list[Decision], seconds: float) -> None:
         m = self._metrics
@@ -168,12 +173,23 @@ class Effects:
     def spawn(self, work: Coroutine[Any, Any, object], *, commits: bool = False) -> None:
         """Run ``work`` as a task the service tracks (cancelled at shutdown); ``commits``:
         it writes a decision (bindings, evictions), which shutdown lets finish first."""
-        task = asyncio.create_task(work)
+        task = asyncio.create_task(work, name=getattr(work, "__qualname__", None))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(self._ended)
         if commits:
             self.binds.add(task)
             task.add_done_callback(self.binds.discard)
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        """A task ended: one that failed (an error its own handling did not expect) is logged
+        with its traceback and breaks the effects (``broken``)."""
+        if task.cancelled() or (error := task.exception()) is None:
+            return
+        log.error("carrying out a decision failed", task=task.get_name(), exc_info=error)
+        if self.error is None:
+            self.error = error
+        self.broken.set()
 
     async def _bind(self, d: BindGang) -> None:
         try:

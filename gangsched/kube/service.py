@@ -32,10 +32,10 @@ from gangsched.api.job import job_deadline
 from gangsched.api.membership import Source
 from gangsched.api.node import namespace_from, node_from
 from gangsched.api.podgroup import podgroup_from, volcano_podgroup_from, xk8s_podgroup_from
+from gangsched.api.schedulererror import ERROR_TEXT_MAX
+from gangsched.api.schedulererror import condition as scheduler_error_condition
 from gangsched.api.workloadapi import VERSIONS, upstream_podgroup_from
-from gangsched.core.decisions import (
-    Decision,
-)
+from gangsched.core.decisions import Decision
 from gangsched.core.forecast import Estimate, Forecast
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
@@ -56,6 +56,7 @@ from gangsched.kube.io.times import rfc3339
 from gangsched.kube.podreader import PodReader
 from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.write.binder import Binder
+from gangsched.kube.write.podstatus import write_pod_condition
 from gangsched.kube.write.preemptor import Preemptor
 from gangsched.kube.write.reporter import Reporter
 from gangsched.kube.write.restarter import GangRestarter
@@ -67,6 +68,8 @@ log = structlog.get_logger("gangsched.service")
 
 MAX_IDLE = 5.0  # the loop turns at least this often, so /healthz can tell it is alive
 BIND_GRACE = 5.0  # on shutdown, how long bindings already under way may take to finish
+# after a failure inside gangsched, how long the record of it on the gang's pods may take
+HOLD_BACK_SECONDS = 10.0
 
 # Where each PodGroup convention's objects live, in precedence order.
 CRD_SOURCES = (
@@ -147,8 +150,12 @@ class SchedulerService:
         gpu_labels: GpuLabels | None = None,
         upstream_status: UpstreamStatus | None = None,
         dra: DraWatch | None = None,
+        error_hold_seconds: float = 600.0,
     ) -> None:
         self.core = core
+        # how long a gang gangsched failed on is held back the first time (doubled each time
+        # after; core/steps/quarantine.py)
+        self._error_hold = error_hold_seconds
         # DeviceClasses, ResourceSlices and ResourceClaims (the binder writes claims against
         # the ones watched here)
         self.dra = dra or DraWatch(core)
@@ -269,12 +276,16 @@ class SchedulerService:
                 self.effects.spawn(self._resync_status_forever())
             if self._forecast_every > 0:
                 self.effects.spawn(self._forecast_forever())
+            broken = asyncio.create_task(self.effects.broken.wait(), name="effects")
             done, _ = await asyncio.wait(
-                [loop_task, *watchers], return_when=asyncio.FIRST_COMPLETED
+                [loop_task, broken, *watchers], return_when=asyncio.FIRST_COMPLETED
             )
             loop_task.cancel()
+            broken.cancel()
             if loop_task in done and loop_task.cancelled():
                 raise asyncio.CancelledError
+            if broken in done:
+                raise RuntimeError("carrying out a decision failed") from self.effects.error
             for t in done:
                 if not t.cancelled() and t.exception() is not None:
                     raise RuntimeError(f"{t.get_name()} stopped") from t.exception()
@@ -303,7 +314,11 @@ class SchedulerService:
                 if not self._sure():
                     await self._deposed()
                 t0 = time.perf_counter()
-                decisions = core.schedule_one()
+                try:
+                    decisions = core.schedule_one()
+                except Exception as error:
+                    await self._hold_back(core.deciding, error)
+                    raise
                 if decisions is None:
                     break
                 self._idle = False
@@ -329,6 +344,68 @@ class SchedulerService:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(timeout, MAX_IDLE) + 0.001):
                     await self._wake.wait()
+
+    async def _hold_back(self, key: str | None, error: Exception) -> None:
+        """Deciding gang ``key`` raised ``error``, a failure of gangsched's own. The process
+        exits (its cache may be left half-changed; the next one starts from the API server),
+        but first the gang's members not bound yet record it in their status (the
+        ``gangsched.io/SchedulerError`` condition, beside ``PodScheduled=False`` saying why):
+        the next process then holds that gang back and schedules the others, rather than fail
+        on it again at every start (core/steps/quarantine.py). What is not written within
+        HOLD_BACK_SECONDS is left."""
+        text = f"{type(error).__name__}: {error}"
+        log.error(
+            "deciding a gang failed inside gangsched; the scheduler exits",
+            gang=key,
+            error=text,
+            exc_info=error,
+        )
+        if key is None or not self._sure():
+            return
+        try:
+            held = self.core.hold_back(key, self._error_hold, text[:ERROR_TEXT_MAX])
+        except Exception as again:  # the core cannot even say which pods: exit as it is
+            log.error("could not find the gang's pods to hold it back", gang=key, exc_info=again)
+            return
+        if held is None:
+            return
+        record, told = held
+        now = rfc3339()
+        body = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": told.reason,
+                        "message": f"{told.reason}: {told.message}",
+                        "lastTransitionTime": now,
+                    },
+                    scheduler_error_condition(record, now),
+                ]
+            }
+        }
+        marks = [
+            asyncio.ensure_future(
+                write_pod_condition(self.client, pod, body, self._unbound_version)
+            )
+            for pod in told.pods
+        ]
+        done, late = await asyncio.wait(marks, timeout=HOLD_BACK_SECONDS)
+        for t in late:
+            t.cancel()
+        failed = [e for t in done if (e := t.exception()) is not None]
+        log.warning(
+            "gang held back",
+            gang=key,
+            until=rfc3339(record.until),
+            recorded=len(done) - len(failed),
+            not_recorded=len(failed) + len(late),
+            first_failure=str(failed[0]) if failed else None,
+        )
+        # events, and the PodGroup's status: sent as the app stops
+        self._handle([told])
+        self._report_group(key)
 
     async def first_pass(self) -> None:
         """Return once the caches are in and the scheduling loop has decided everything the
@@ -706,8 +783,18 @@ class SchedulerService:
         (or FORECAST_DEFER seconds have passed); report the gangs whose forecast changed."""
         while True:
             await self.until_quiet(FORECAST_DEFER)
-            took = await self.forecast_round()
+            try:
+                took = await self.forecast_round()
+            except Exception as error:  # a bug: the forecasts stay as they were, scheduling goes on
+                self._failed("forecast", error)
+                took = FORECAST_BUDGET
             await asyncio.sleep(max(self._forecast_every, 20 * took))
+
+    def _failed(self, work: str, error: Exception) -> None:
+        """Work the scheduler carries on after (it decides nothing: start forecasts, status
+        resyncs) failed inside gangsched: logged with its traceback, and counted."""
+        log.error("work failed inside gangsched; carrying on", work=work, exc_info=error)
+        self.metrics.internal_errors.labels(work).inc()
 
     async def until_quiet(self, most: float) -> None:
         """Wait (at most ``most`` seconds) until the scheduler is ``quiet``: work that can wait
@@ -776,4 +863,7 @@ class SchedulerService:
         is repaired."""
         while True:
             await asyncio.sleep(self._status_resync)
-            await self._report_all(force=True)
+            try:
+                await self._report_all(force=True)
+            except Exception as error:  # a bug: the next resync (and every change) tries again
+                self._failed("status_resync", error)

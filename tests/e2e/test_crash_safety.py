@@ -10,6 +10,7 @@ so each trial is exact rather than a race between a test's watch and the schedul
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
@@ -24,7 +25,7 @@ import pytest
 from gangsched_dev.devcluster import ControlPlane
 
 from .conftest import SchedulerProcess
-from .kube import bound, condition, events, pods, wait_for
+from .kube import bound, condition, events, get_pg, pods, wait_for
 from .test_preemption import (  # noqa: F401 (a fixture)
     HIGH,
     LOW,
@@ -229,3 +230,93 @@ def test_a_leader_paused_after_marking_its_victims_is_replaced_and_the_eviction_
     assert max(gpus_per_node(cp, ns).values()) <= 4
     resumed = re.search(r"^gangsched_evictions_resumed_total (\S+)$", second.metrics(), re.M)
     assert resumed is not None and float(resumed.group(1)) == 8, second.tail(40)
+
+
+def test_a_gang_the_scheduler_fails_on_is_held_back_and_every_other_gang_scheduled(
+    control_plane: ControlPlane,
+    ns: str,
+    nodes: Nodes,
+    processes: list[SchedulerProcess],
+    tmp_path: Path,
+) -> None:
+    """An error inside gangsched while it decides a gang (the failpoint ``decide=1:raise``
+    stands for a bug) stops the process, which first records the error in the status of the
+    gang's pods. The next process holds that gang back, with reason SchedulerError, and binds
+    the others; setting the record's condition to False tries the gang at once."""
+    cp = control_plane
+    sched = "gs-" + uuid.uuid4().hex[:6]
+    sel = nodes(2, gpus=4)
+    log = tmp_path / "sched.log"
+    create_all(cp, gang(ns, "poison", 2, sel, LOW, scheduler=sched))
+    first = SchedulerProcess(
+        cp,
+        log,
+        "--scheduler-name",
+        sched,
+        env={
+            "GANGSCHED_FAILPOINTS": "decide=1:raise",
+            "GANGSCHED_SCHEDULER_ERROR_HOLD_SECONDS": "3600",
+        },
+    ).start()
+    processes.append(first)
+    wait_for("the scheduler to stop on the failure", lambda: not first.alive(), timeout=60)
+    assert first.proc is not None and first.proc.returncode == 1, first.tail()
+    text = log.read_text(errors="replace")
+    assert "deciding a gang failed inside gangsched" in text, first.tail()
+    assert "FailpointError: failpoint decide reached" in text, first.tail()
+
+    state = members(pods(cp, ns), "poison")
+    assert len(state) == 2
+    for name, p in state.items():
+        assert not p["spec"].get("nodeName"), name
+        record = condition(p, "gangsched.io/SchedulerError")
+        assert record is not None and record["status"] == "True", (name, p["status"])
+        value = json.loads(record["message"])
+        assert value["count"] == 1 and value["error"] == "FailpointError: failpoint decide reached"
+        scheduled = condition(p, "PodScheduled")
+        assert scheduled is not None and scheduled["reason"] == "SchedulerError", scheduled
+
+    second = SchedulerProcess(cp, log, "--scheduler-name", sched).start()
+    processes.append(second)
+    create_all(cp, gang(ns, "healthy", 2, sel, LOW, scheduler=sched))
+    wait_for(
+        "the other gang bound whole",
+        lambda: len(members(bound(cp, ns), "healthy")) == 2,
+        timeout=60,
+    )
+    wait_for(
+        "the held gang's PodGroup says why",
+        lambda: (
+            (c := condition(get_pg(cp, ns, "poison"), "Scheduled")) is not None
+            and c.get("reason") == "SchedulerError"
+        ),
+        timeout=30,
+    )
+    assert members(bound(cp, ns), "poison") == {}
+    assert second.alive(), second.tail()
+
+    # try it now: the record set to False on each pod (through pods/status, as it was written)
+    for name in state:
+        cp.kubectl(
+            "patch",
+            "pod",
+            name,
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            json.dumps(
+                {
+                    "status": {
+                        "conditions": [{"type": "gangsched.io/SchedulerError", "status": "False"}]
+                    }
+                }
+            ),
+        )
+    wait_for(
+        "the held gang bound once released",
+        lambda: len(members(bound(cp, ns), "poison")) == 2,
+        timeout=60,
+    )
+    assert second.alive(), second.tail()

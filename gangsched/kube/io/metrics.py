@@ -119,6 +119,13 @@ class Metrics:
             ["resource"],
             registry=r,
         )
+        self.internal_errors = Counter(
+            "gangsched_internal_errors_total",
+            "Errors inside gangsched in work it carries on after (a round of start forecasts, "
+            "a status resync); each is logged with its traceback.",
+            ["work"],
+            registry=r,
+        )
         self.writes_dropped = Counter(
             "gangsched_api_writes_dropped_total",
             "Events or status writes dropped because the API server could not keep up.",

@@ -50,6 +50,11 @@ COMPONENT = "gangsched"
 URGENT_EVENTS = frozenset({"Scheduled", "FailedBinding"})
 
 
+# the gang's reasons a pod's PodScheduled condition keeps as they are (every other is said
+# as Unschedulable, with the gang's reason in the message)
+KEPT_REASONS = frozenset({"SchedulingGated", "SchedulerError"})
+
+
 class Reported(NamedTuple):
     """What the reporter last sent for a PodGroup: the status it said (for the tests and the
     dedup), the signature of everything it sent, and its ``Scheduled`` condition (whose
@@ -114,13 +119,15 @@ class Reporter:
         """A FailedScheduling event and ``PodScheduled=False``, as kube-scheduler does, with
         the gang's reason and message (``<reason>: <message>``). The condition's reason is
         Unschedulable, except for a gang held back by scheduling gates: SchedulingGated, the
-        reason the API server gives a gated pod, so that nothing (a cluster autoscaler) takes
-        the gang for one that needs more nodes. Refused pods (InvalidPod, Unsupported) get
-        the field that is wrong or not supported in the message. The condition's message
-        ends with ``gang``'s start forecast, when there is one (:meth:`forecast`); the event
-        does not (events are history, and a series is counted by its message)."""
+        reason the API server gives a gated pod, and for one held back after gangsched failed
+        on it: SchedulerError, kube-scheduler's reason for an error of its own; so that
+        nothing (a cluster autoscaler) takes the gang for one that needs more nodes. Refused
+        pods (InvalidPod, Unsupported) get the field that is wrong or not supported in the
+        message. The condition's message ends with ``gang``'s start forecast, when there is
+        one (:meth:`forecast`); the event does not (events are history, and a series is
+        counted by its message)."""
         self.event(pod, "Warning", "FailedScheduling", "Scheduling", message)
-        condition_reason = "SchedulingGated" if reason == "SchedulingGated" else "Unschedulable"
+        condition_reason = reason if reason in KEPT_REASONS else "Unschedulable"
         said = f"{reason}: {message}"
         self._not_waiting(pod.uid)
         if gang:
