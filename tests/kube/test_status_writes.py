@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterator
@@ -1083,7 +1084,12 @@ class BrokenController(StatusController):
 
     async def run(self, stop: threading.Event | None = None) -> None:
         self.started.set()
-        await asyncio.to_thread(self.fail_now.wait, 30)
+        # until told to fail, or stopped as the app stops its controller (a test that ends
+        # leaves no thread behind to fail later, with its traceback on the terminal)
+        while not self.fail_now.is_set():
+            if stop is not None and stop.is_set():
+                return
+            await asyncio.sleep(0.01)
         raise RuntimeError("kopf crashed")
 
 
@@ -1100,7 +1106,9 @@ def _app(controller: StatusController, service: IdleService | None = None) -> Ap
     )
 
 
-async def test_a_controller_that_stops_fails_healthz_and_ends_the_app() -> None:
+async def test_a_controller_that_stops_fails_healthz_and_ends_the_app(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     controller = BrokenController()
     app = _app(controller)
     health = HealthServer("127.0.0.1:0", lambda: b"", app.ready, app.live)
@@ -1112,6 +1120,9 @@ async def test_a_controller_that_stops_fails_healthz_and_ends_the_app() -> None:
     with pytest.raises(ControllerStoppedError, match="RuntimeError: kopf crashed"):
         await asyncio.wait_for(running, 10)
     assert app._status_thread is not None and not app._status_thread.is_alive()
+    stopped = [r for r in caplog.records if r.getMessage() == "the PodGroup controller stopped"]
+    assert len(stopped) == 1 and stopped[0].levelno == logging.ERROR
+    assert stopped[0].exc_info is not None and "kopf crashed" in str(stopped[0].exc_info[1])
 
 
 async def test_the_controller_starts_once_the_caches_are_in_and_the_backlog_bound() -> None:
