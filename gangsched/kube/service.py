@@ -226,6 +226,7 @@ class SchedulerService:
         # set when the loop first found nothing left to decide after the lists (first_pass)
         self._first_pass = asyncio.Event()
         self._relists_seen: dict[str, int] = {}
+        self._handler_errors_seen = 0
         self._status_resync = status_resync_seconds
         # start forecasts (core/forecast.py): made when the core changed, at most this often
         self._forecast_every = forecast_seconds
@@ -469,6 +470,10 @@ class SchedulerService:
             if r.relists > seen:
                 m.relists.labels(r.name).inc(r.relists - seen)
                 self._relists_seen[r.name] = r.relists
+        failed = sum(r.handler_errors for r in (*self.reflectors, *self.optional_reflectors))
+        if failed > self._handler_errors_seen:
+            m.internal_errors.labels("watch_event").inc(failed - self._handler_errors_seen)
+            self._handler_errors_seen = failed
 
     def poke(self) -> None:
         self._wake.set()

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from gangsched.api.schedulererror import CONDITION
 from gangsched.core.steps.turn import Turn
 from gangsched.kube.write.failpoints import FailpointError
-from tests.kube.test_service import NODES, PODGROUPS, PODS, Rig, members, node, podgroup, until
+from tests.kube.test_service import NODES, PODGROUPS, PODS, Rig, members, node, pod, podgroup, until
 from tests.support.fakekube import FakeKube
 
 
@@ -242,6 +243,31 @@ async def test_a_failed_status_resync_is_counted_and_the_next_one_runs() -> None
         armed, after = True, calls
         await until("two resyncs after the failed one", lambda: calls >= after + 3, timeout=5)
         assert errors_counted(rig, "status_resync") == 1
+        assert rig.task is not None and not rig.task.done()
+    finally:
+        await rig.stop()
+
+
+async def test_an_object_a_watch_delivered_that_fails_is_counted_and_the_rest_taken_in() -> None:
+    kube = FakeKube()
+    kube.seed(NODES, node("n0"))
+    rig = Rig(kube)
+    real = rig.core.pod_upsert
+
+    def flaky(pod: Any) -> None:
+        if pod.name == "odd":
+            raise KeyError("a bug")
+        real(pod)
+
+    rig.core.pod_upsert = flaky  # type: ignore[method-assign]
+    rig.start()
+    try:
+        await until("ready", rig.service.ready.is_set)
+        kube.seed(PODS, pod("odd"))
+        kube.seed(PODGROUPS, podgroup("train", 2))
+        kube.seed(PODS, *members("train", 2))
+        await until("the gang bound", lambda: len(rig.bindings()) == 2, timeout=5)
+        await until("counted", lambda: errors_counted(rig, "watch_event") == 1, timeout=5)
         assert rig.task is not None and not rig.task.done()
     finally:
         await rig.stop()

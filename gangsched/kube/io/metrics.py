@@ -122,7 +122,7 @@ class Metrics:
         self.internal_errors = Counter(
             "gangsched_internal_errors_total",
             "Errors inside gangsched in work it carries on after (a round of start forecasts, "
-            "a status resync); each is logged with its traceback.",
+            "a status resync, an object a watch delivered); each is logged with its traceback.",
             ["work"],
             registry=r,
         )
