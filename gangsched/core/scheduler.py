@@ -819,10 +819,11 @@ class Scheduler:
         """Deciding gang ``key`` raised ``error`` (a failure of gangsched's own, the cycle left
         part-way): the record of it for the gang's members not bound to a node (the count
         after theirs; not decided again for ``hold_seconds``, doubled for each failure before
-        it, HOLD_MOST at most), set on them, and the decision
-        that tells them why; None when no such member is left. It walks every pod, trusting
-        none of the gang's own indexes; the caller writes the record to the API server and
-        stops this core (core/steps/quarantine.py)."""
+        it, HOLD_MOST at most), and the decision that tells them why; None when no such
+        member is left. It walks every pod, trusting none of the gang's own indexes, and
+        changes nothing but the gang's reason: the caller writes the record to the API server
+        and stops this core, and the next core reads it with the pods
+        (core/steps/quarantine.py)."""
         name = self.config.scheduler_name
         members = [
             p
@@ -840,8 +841,6 @@ class Scheduler:
         hold = min(hold_seconds * 2 ** min(count - 1, 30), HOLD_MOST)
         record = SchedulerError(count, self.clock.now() + hold, error)
         message = held_message(record)
-        for p in members:
-            p.scheduler_error = record
         gang = self.gangs.get(key)
         if gang is not None:
             gang.reason, gang.message = QUARANTINED, message

@@ -96,10 +96,12 @@ def test_hold_back_records_the_failure_on_the_unbound_members_doubling_each_time
     assert record == SchedulerError(1, T0 + 600, "RuntimeError: boom")
     assert told.reason == REASON and {r.name for r in told.pods} == {"train-1", "train-2"}
     assert "RuntimeError: boom" in told.message
-    assert h.s.cache.pods[pods[1].uid].scheduler_error == record
+    assert h.s.cache.pods[pods[1].uid].scheduler_error is None, "the core's pods unchanged"
     view = h.s.view("ml/train")
     assert view is not None and view.reason == REASON
 
+    # the next process reads the record with the pods, and fails on the gang again
+    h.add(*(replace(h.s.cache.pods[r.uid], scheduler_error=record) for r in told.pods))
     again = h.s.hold_back("ml/train", 600, "RuntimeError: boom")
     assert again is not None and again[0].count == 2 and again[0].until == T0 + 1200
     assert "2 times" in again[1].message

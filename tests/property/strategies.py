@@ -229,7 +229,17 @@ _op = st.one_of(
     st.tuples(st.just("foreign"), st.integers(0, 7), st.integers(0, 2), st.booleans()),
     st.tuples(st.just("cordon"), st.integers(0, 7)),
     st.tuples(st.just("delnode"), st.integers(0, 7)),
+    # the process fails deciding a gang (it records the failure on its pods) and restarts
+    st.tuples(st.just("crash"), st.integers(0, 63)),
+    # the process restarts (SIGKILL, a lost lease): bindings not confirmed yet are lost
+    st.tuples(
+        st.just("restart"),
+    ),
 )
+
+# how long a gang gangsched failed on is held back, in the interleavings (short enough for
+# ``World.drain`` to see it end)
+HOLD_SECONDS = 30.0
 
 
 def ops(min_size: int = 15, max_size: int = 60) -> st.SearchStrategy[list[Op]]:
@@ -299,6 +309,10 @@ class World:
             self.toggle_cordon(int(op[1]))
         elif kind == "delnode":
             self.delete_node(int(op[1]))
+        elif kind == "crash":
+            self.crash(self.jobs[int(op[1]) % len(self.jobs)])
+        elif kind == "restart":
+            self.restart()
         else:  # pragma: no cover - the strategy draws only the kinds above
             raise AssertionError(kind)
         self.check()
@@ -422,6 +436,41 @@ class World:
         flipped = replace(current, unschedulable=not current.unschedulable)
         self.node_by_name[node.name] = flipped
         self.s.node_upsert(flipped)
+
+    def crash(self, job: JobDef) -> None:
+        """Deciding ``job``'s gang failed inside gangsched: the process records the failure on
+        the gang's unbound pods (as its status write does, only on pods still unbound) and
+        restarts."""
+        held = self.s.hold_back(job.gang_key(), HOLD_SECONDS, "RuntimeError: boom")
+        if held is not None:
+            record, told = held
+            assert record.until == self.clock.now() + min(
+                HOLD_SECONDS * 2 ** (record.count - 1), 86400
+            )
+            for ref in told.pods:
+                p = self.truth[ref.uid]
+                assert not p.node_name and p.scheduler_name == SCHEDULER, ref
+                self.truth[ref.uid] = replace(p, scheduler_error=record)
+        self.restart()
+
+    def restart(self) -> None:
+        """A new process on the cluster as the API holds it: every node, spec and pod in the
+        truth. Bindings sent but not confirmed are lost (a gang some of whose bindings had
+        landed may now hold fewer than its minimum until it is completed)."""
+        for b in self.outstanding:
+            self.tainted.add(self.job_of[b.pod.uid].key)
+        self.outstanding = []
+        self.s = Scheduler(self.config, self.clock)
+        for n in self.nodes:
+            if n.name not in self.deleted:
+                self.s.node_upsert(self.node_by_name[n.name])
+        for job in self.jobs:
+            spec = job.spec()
+            if job.key in self.spec_sent and spec is not None:
+                self.s.gang_upsert(spec)
+        for p in self.truth.values():
+            self.s.pod_upsert(p)
+        self.earliest, self.failed_at_event, self.attempts_seen = {}, {}, {}
 
     def delete_node(self, node_index: int) -> None:
         """A node goes away for good. Gangs with pods bound or reserved there lose them (the
@@ -574,6 +623,15 @@ class World:
                 pending_sent.add(uid)
                 self.outstanding.append(b)
             job = self.job_of[d.bindings[0].pod.uid] if d.bindings else None
+            if job is not None:
+                # a gang gangsched failed on is not bound before its hold ends
+                now = self.clock.now()
+                for i in range(job.size):
+                    p = self.truth.get(job.uid(i))
+                    if p is not None and p.phase is PodPhase.PENDING and p.scheduler_error:
+                        assert p.scheduler_error.until <= now, (
+                            f"{job.key} bound at t={now}, held until {p.scheduler_error.until}"
+                        )
             if job is not None and job.gang and job.key not in self.tainted:
                 # One BindGang carries the gang to quorum (Strict or NonStrict).
                 assert self.held(job) >= job.min_member or self.s.gangs[job.key].satisfied_once

@@ -9,7 +9,10 @@ Properties:
 - the queue pops whole gangs in an order that is total and consistent with the sort key,
   and behaves like a plain reference model (three sets, flush due at next_wakeup());
 - the same input gives the same decisions, in this process and under another hash seed;
-- no pod is lost: at the end every pod is bound, or pending in its gang with a reason.
+- no pod is lost: at the end every pod is bound, or pending in its gang with a reason;
+- all of it across restarts on the cluster as the API holds it (bindings not yet confirmed
+  lost), and a gang the scheduler failed on (``Scheduler.hold_back``, recorded on its pods) is
+  not bound before its hold ends.
 """
 
 from __future__ import annotations
@@ -75,8 +78,8 @@ def test_interleavings_keep_the_invariants(
     nodes: list[Node], jobs: list[JobDef], script: list[tuple[Any, ...]]
 ) -> None:
     """Arrivals, specs, cycles, late/failed bind confirmations, completions, foreign pods,
-    cordons, node deletions and clock jumps in any order: every invariant holds after every
-    event, and at the end no pod is lost."""
+    cordons, node deletions, clock jumps, restarts and failures inside the scheduler in any
+    order: every invariant holds after every event, and at the end no pod is lost."""
     run_world(nodes, jobs, script)
 
 
