@@ -38,6 +38,16 @@ def record(kube: FakeKube, name: str) -> dict[str, object] | None:
     return None
 
 
+def cluster(*gangs: str) -> FakeKube:
+    """One node of 8 GPUs and a gang of 2 for each name."""
+    kube = FakeKube()
+    kube.seed(NODES, node("n0"))
+    for name in gangs:
+        kube.seed(PODGROUPS, podgroup(name, 2))
+        kube.seed(PODS, *members(name, 2))
+    return kube
+
+
 async def stopped(rig: Rig) -> BaseException:
     assert rig.task is not None
     done, _ = await asyncio.wait([rig.task], timeout=5)
@@ -49,10 +59,7 @@ async def stopped(rig: Rig) -> BaseException:
 
 
 async def test_a_gang_gangsched_fails_on_is_held_back_by_the_next_process() -> None:
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
-    kube.seed(PODGROUPS, podgroup("bad", 2))
-    kube.seed(PODS, *members("bad", 2))
+    kube = cluster("bad")
 
     first = Rig(kube, error_hold_seconds=300)
     first.core.steps = (FailOn("ml/bad"), *first.core.steps)
@@ -99,10 +106,7 @@ async def test_a_gang_gangsched_fails_on_is_held_back_by_the_next_process() -> N
 
 
 async def test_setting_the_condition_to_false_tries_the_gang_at_once() -> None:
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
-    kube.seed(PODGROUPS, podgroup("bad", 2))
-    kube.seed(PODS, *members("bad", 2))
+    kube = cluster("bad")
     first = Rig(kube)
     first.core.steps = (FailOn("ml/bad"), *first.core.steps)
     first.start()
@@ -129,10 +133,7 @@ async def test_setting_the_condition_to_false_tries_the_gang_at_once() -> None:
 
 
 async def test_a_second_failure_doubles_the_hold() -> None:
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
-    kube.seed(PODGROUPS, podgroup("bad", 2))
-    kube.seed(PODS, *members("bad", 2))
+    kube = cluster("bad")
     for count, until_text in ((1, "1970-01-01T00:26:40Z"), (2, "1970-01-01T00:53:20Z")):
         rig = Rig(kube, error_hold_seconds=600)
         rig.clock.advance(0 if count == 1 else 1000)  # past the first hold: 2,000 + 1,200 s
@@ -148,10 +149,7 @@ async def test_a_second_failure_doubles_the_hold() -> None:
 
 
 async def test_a_scheduler_deposed_by_the_time_it_failed_records_nothing() -> None:
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
-    kube.seed(PODGROUPS, podgroup("bad", 2))
-    kube.seed(PODS, *members("bad", 2))
+    kube = cluster("bad")
     rig = Rig(kube)
     rig.core.steps = (FailOn("ml/bad"), *rig.core.steps)
 
@@ -173,10 +171,7 @@ async def test_a_scheduler_deposed_by_the_time_it_failed_records_nothing() -> No
 async def test_a_binding_that_fails_unexpectedly_stops_the_service() -> None:
     """What the binding did is unknown to the core: the process must start again from what the
     API server holds, rather than go on with pods counted as reserved forever."""
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
-    kube.seed(PODGROUPS, podgroup("train", 2))
-    kube.seed(PODS, *members("train", 2))
+    kube = cluster("train")
     rig = Rig(kube)
 
     async def broken(*_: object) -> list[object]:
@@ -196,8 +191,7 @@ def errors_counted(rig: Rig, work: str) -> float:
 
 
 async def test_a_failed_round_of_forecasts_is_counted_and_scheduling_goes_on() -> None:
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
+    kube = cluster()
     rig = Rig(kube, forecast_seconds=0.01)
     calls = 0
 
@@ -219,8 +213,7 @@ async def test_a_failed_round_of_forecasts_is_counted_and_scheduling_goes_on() -
 
 
 async def test_a_failed_status_resync_is_counted_and_the_next_one_runs() -> None:
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
+    kube = cluster()
     rig = Rig(kube)
     rig.service._status_resync = 0.01
     real = rig.service._report_all
@@ -249,8 +242,7 @@ async def test_a_failed_status_resync_is_counted_and_the_next_one_runs() -> None
 
 
 async def test_an_object_a_watch_delivered_that_fails_is_counted_and_the_rest_taken_in() -> None:
-    kube = FakeKube()
-    kube.seed(NODES, node("n0"))
+    kube = cluster()
     rig = Rig(kube)
     real = rig.core.pod_upsert
 
