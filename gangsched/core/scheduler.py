@@ -677,10 +677,12 @@ class Scheduler:
         for key in self.preemption.ready():
             gang = self.gangs.get(key)
             if gang is not None and key in self.permit and self.permit_step.gate(gang):
+                self.deciding = key  # (binding a preemptor is deciding it)
                 out.append(self.permit_step.bind(gang, {}))
                 if key not in self.queue and holdings(gang, self.cache).pending:
                     # members the preemption did not place (beyond its quorum): tried now
                     self.queue.activate(key, self.book.sort_key(gang))
+                self.deciding = None
         out.extend(self.permit_step.expire(now, self.config.preemption_hold_seconds))
         self._rebuild_holds(now)
         for gang in self.holds.expired(now):

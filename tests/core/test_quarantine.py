@@ -12,6 +12,7 @@ from gangsched.core.gang import PLAIN_PREFIX
 from gangsched.core.model import Pod, SchedulerError
 from gangsched.core.steps.quarantine import HOLD_MOST, REASON
 from gangsched.core.steps.turn import Turn
+from tests.core.test_preemption import evict, full_cluster, high_gang, preempts, run_gang
 from tests.core.test_scheduler import T0, Harness, bound_uids, gpu_node, members, unschedulable
 
 
@@ -138,3 +139,21 @@ def test_the_gang_being_decided_is_known_when_a_cycle_raises() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         h.s.schedule_one()
     assert h.s.deciding == "ml/boom"
+
+
+def test_the_preemptor_being_bound_is_known_when_binding_it_raises() -> None:
+    """A preemptor whose victims are gone is bound at the next tick, outside any gang's
+    turn: it is the gang held back if that raises."""
+    h = full_cluster()
+    run_gang(h, "ml/low", 2, 8, 0)
+    high_gang(h, 2)
+    [d] = preempts(h.run())
+    evict(h, d)
+
+    def boom(*_: object) -> None:
+        raise RuntimeError("boom")
+
+    h.s.permit_step.bind = boom  # type: ignore[method-assign,assignment]
+    with pytest.raises(RuntimeError, match="boom"):
+        h.s.schedule_one()
+    assert h.s.deciding == "ml/high"
