@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gangsched.api.pod import as_bound, pod_from, with_status
 from gangsched.api.schedulererror import (
@@ -100,3 +102,41 @@ def test_the_record_is_read_on_a_status_only_change_too() -> None:
     assert with_status(pod, obj["metadata"], status_with()).scheduler_error is None
     bound = as_bound(with_status(pod, obj["metadata"], status), "n1", obj["metadata"], status)
     assert bound is not None and bound.scheduler_error is None
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    status=st.just("True") | _json,
+    message=_json | _json.map(json.dumps),
+    record=st.fixed_dictionaries(
+        {},
+        optional={
+            "count": _json,
+            "until": _json
+            | st.sampled_from(
+                [
+                    "2026-11-29T01:30:00Z",
+                    "0001-01-01T00:00:00",
+                    "0001-01-01T00:00:00+14:00",
+                    "9999-12-31T23:59:59-14:00",
+                ]
+            ),
+            "error": _json,
+        },
+    ).map(json.dumps),
+)
+def test_reading_a_record_never_raises(status: object, message: object, record: str) -> None:
+    """Whatever a pod's status holds (someone may write the condition by hand): a record, or
+    None."""
+    for text in (message, record):
+        c = {"type": CONDITION, "status": status, "message": text}
+        got = read_scheduler_error({"conditions": [c]})
+        assert got is None or (got.count >= 1 and isinstance(got.error, str))
+    read_scheduler_error({"conditions": status})  # (any list, or not a list at all)
