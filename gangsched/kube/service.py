@@ -35,7 +35,7 @@ from gangsched.api.podgroup import podgroup_from, volcano_podgroup_from, xk8s_po
 from gangsched.api.schedulererror import ERROR_TEXT_MAX
 from gangsched.api.schedulererror import condition as scheduler_error_condition
 from gangsched.api.workloadapi import VERSIONS, upstream_podgroup_from
-from gangsched.core.decisions import Decision
+from gangsched.core.decisions import Decision, pod_ref
 from gangsched.core.forecast import Estimate, Forecast
 from gangsched.core.gpu import MILLI
 from gangsched.core.model import GangSpec
@@ -622,7 +622,23 @@ class SchedulerService:
                 if disagreement:
                     pod.invalid_reason = disagreement
             self._apply_spec(membership.key)
-        self.core.pod_upsert(pod)
+        try:
+            self.core.pod_upsert(pod)
+        except Exception as error:
+            # (the reflector logs and counts it) A pod of ours is told, or nobody would know
+            # why it is never scheduled.
+            if pod.scheduler_name == self.core.config.scheduler_name and not pod.node_name:
+                self.reporter.event(
+                    pod_ref(pod),
+                    "Warning",
+                    "FailedScheduling",
+                    "Scheduling",
+                    f"SchedulerError: gangsched could not take the pod in "
+                    f"({type(error).__name__}: {error}); it is not scheduled unless a change "
+                    "of the pod or a restart of the scheduler takes it in. Report the error "
+                    "with the scheduler's log",
+                )
+            raise
         if membership.key:
             self._report_group(membership.key)
         if old is not None and old.group and old.group != pod.group:

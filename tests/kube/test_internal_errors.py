@@ -241,7 +241,7 @@ async def test_a_failed_status_resync_is_counted_and_the_next_one_runs() -> None
         await rig.stop()
 
 
-async def test_an_object_a_watch_delivered_that_fails_is_counted_and_the_rest_taken_in() -> None:
+async def test_a_pod_a_watch_delivered_that_fails_is_told_counted_and_the_rest_taken_in() -> None:
     kube = cluster()
     rig = Rig(kube)
     real = rig.core.pod_upsert
@@ -261,5 +261,10 @@ async def test_an_object_a_watch_delivered_that_fails_is_counted_and_the_rest_ta
         await until("the gang bound", lambda: len(rig.bindings()) == 2, timeout=5)
         await until("counted", lambda: errors_counted(rig, "watch_event") == 1, timeout=5)
         assert rig.task is not None and not rig.task.done()
+        # the pod is told why it is never scheduled
+        await rig.outbox.drain(1.0)
+        [told] = [e for e in rig.events("FailedScheduling") if e["regarding"]["name"] == "odd"]
+        assert told["note"].startswith("SchedulerError: gangsched could not take the pod in")
+        assert "KeyError" in told["note"]
     finally:
         await rig.stop()
