@@ -179,7 +179,7 @@ def _pod_from(obj: Obj) -> PodRead:
         nominated_node=scalar_text(status.get("nominatedNodeName"), ""),
         disruption=_disruption(status),
         bound_at=_bound_at(status),
-        scheduler_error=_held(spec, status),
+        scheduler_error=_held(spec.get("nodeName"), status),
         active_deadline_seconds=_active_deadline(spec.get("activeDeadlineSeconds")),
         owner_job=controller_job(meta.get("ownerReferences")),
     )
@@ -323,15 +323,15 @@ def with_status(pod: Pod, meta: Obj, status: Obj, **changes: Any) -> Pod:
         nominated_node=scalar_text(status.get("nominatedNodeName"), ""),
         disruption=_disruption(status),
         bound_at=_bound_at(status),
-        scheduler_error=None if pod.node_name or changes.get("node_name") else read_held(status),
+        scheduler_error=_held(changes.get("node_name", pod.node_name), status),
         **changes,
     )
 
 
-def _held(spec: Obj, status: Obj) -> SchedulerError | None:
+def _held(node_name: object, status: Obj) -> SchedulerError | None:
     """The record of a failure inside gangsched while deciding the pod's gang, on a pod not
-    bound (on a bound one it holds nothing back)."""
-    return None if spec.get("nodeName") else read_held(status)
+    bound to a node (on a bound one it holds nothing back)."""
+    return None if node_name else read_held(status)
 
 
 def as_bound(pod: Pod, node: str, meta: Obj, status: Obj) -> Pod | None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from gangsched.api.labels import SCHEDULER_ERROR_CONDITION
 from gangsched.core.model import SchedulerError
+from gangsched.core.steps.quarantine import held_until
 
 __all__ = ["CONDITION", "ERROR_TEXT_MAX", "condition", "encode", "read_scheduler_error"]
 
@@ -70,10 +71,12 @@ def _decode(text: object) -> SchedulerError | None:
 
 def encode(record: SchedulerError) -> str:
     """The record as the condition's message (``until`` to the second, rounded up)."""
-    second = int(-(-record.until // 1))
-    until = datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return json.dumps(
-        {"count": record.count, "until": until, "error": record.error[:ERROR_TEXT_MAX]},
+        {
+            "count": record.count,
+            "until": held_until(record),
+            "error": record.error[:ERROR_TEXT_MAX],
+        },
         separators=(",", ":"),
     )
 

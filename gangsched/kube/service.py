@@ -56,7 +56,7 @@ from gangsched.kube.io.times import rfc3339
 from gangsched.kube.podreader import PodReader
 from gangsched.kube.storage import storage_reflectors
 from gangsched.kube.write.binder import Binder
-from gangsched.kube.write.podstatus import write_pod_condition
+from gangsched.kube.write.podstatus import unscheduled_condition, write_pod_condition
 from gangsched.kube.write.preemptor import Preemptor
 from gangsched.kube.write.reporter import Reporter
 from gangsched.kube.write.restarter import GangRestarter
@@ -372,20 +372,12 @@ class SchedulerService:
             return
         record, told = held
         now = rfc3339()
-        body = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": told.reason,
-                        "message": f"{told.reason}: {told.message}",
-                        "lastTransitionTime": now,
-                    },
-                    scheduler_error_condition(record, now),
-                ]
-            }
-        }
+        said = f"{told.reason}: {told.message}"
+        conditions = [
+            unscheduled_condition(told.reason, said, now),
+            scheduler_error_condition(record, now),
+        ]
+        body = {"status": {"conditions": conditions}}
         marks = [
             asyncio.ensure_future(
                 write_pod_condition(self.client, pod, body, self._unbound_version)

@@ -22,7 +22,7 @@ from gangsched.core.queue import Wake
 from gangsched.core.steps.book import GangBook
 from gangsched.core.steps.turn import Turn
 
-__all__ = ["HOLD_MOST", "REASON", "Quarantine", "held_message", "record_of"]
+__all__ = ["HOLD_MOST", "REASON", "Quarantine", "held_message", "held_until", "record_of"]
 
 REASON = "SchedulerError"
 HOLD_MOST = 86400.0  # the longest hold, however often deciding the gang failed (seconds)
@@ -39,13 +39,19 @@ def record_of(pods: list[Pod]) -> SchedulerError | None:
     return found
 
 
+def held_until(record: SchedulerError) -> str:
+    """The end of the hold, as the record and the message say it: RFC 3339, UTC, to the
+    second, rounded up."""
+    second = int(-(-record.until // 1))
+    return datetime.fromtimestamp(second, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def held_message(record: SchedulerError) -> str:
     """What the gang's pods and PodGroup say while it is held back."""
-    until = datetime.fromtimestamp(int(-(-record.until // 1)), tz=UTC)
     times = "once" if record.count == 1 else f"{record.count} times"
     return (
         f"gangsched failed while deciding this gang ({times}; last: {record.error}); it is "
-        f"held back until {until.strftime('%Y-%m-%dT%H:%M:%SZ')} so that other gangs are "
+        f"held back until {held_until(record)} so that other gangs are "
         "scheduled. To try it sooner, set the gangsched.io/SchedulerError condition of its "
         "pods to False; and report the error with the scheduler's log"
     )

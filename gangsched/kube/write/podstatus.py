@@ -43,6 +43,7 @@ __all__ = [
     "says",
     "scheduler_status",
     "transition_time",
+    "unscheduled_condition",
     "write_pod_condition",
 ]
 
@@ -161,6 +162,17 @@ def apply_body(key: str, status: Mapping[str, Any]) -> JSON:
         "kind": "PodGroup",
         "metadata": {"name": name, "namespace": ns},
         "status": dict(status),
+    }
+
+
+def unscheduled_condition(reason: str, message: str, now: str) -> JSON:
+    """A pod's ``PodScheduled=False`` condition, as the scheduler writes it."""
+    return {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": reason,
+        "message": message[:4096],
+        "lastTransitionTime": now,
     }
 
 

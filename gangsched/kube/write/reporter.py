@@ -38,6 +38,7 @@ from gangsched.kube.write.podstatus import (
     says,
     scheduler_status,
     transition_time,
+    unscheduled_condition,
     write_pod_condition,
 )
 
@@ -176,19 +177,7 @@ class Reporter:
         if said == signature:
             return
         self._conditions[pod.uid] = signature
-        body = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": reason,
-                        "message": message[:4096],
-                        "lastTransitionTime": rfc3339(),
-                    }
-                ]
-            }
-        }
+        body = {"status": {"conditions": [unscheduled_condition(reason, message, rfc3339())]}}
         # Fenced: never lands on a pod bound since (see podstatus.py).
         first = said is None
 
